@@ -1,0 +1,21 @@
+"""Every environment variable ranksight reads, in one place.
+
+Explicit arguments always win over these; these win over built-in defaults.
+"""
+
+from __future__ import annotations
+
+RUN_ID = "RANKSIGHT_RUN_ID"
+"""The run id the hooks tag every record with (one training job launch)."""
+ATTEMPT = "RANKSIGHT_ATTEMPT"
+"""The attempt number of this launch of the run (restarts of a job are attempts)."""
+SPOOL_DIR = "RANKSIGHT_SPOOL_DIR"
+"""The node-local folder where hooks leave records for the node agent."""
+LEVEL = "RANKSIGHT_LEVEL"
+"""Hook level: ``off`` or ``default``."""
+STORE = "RANKSIGHT_STORE"
+"""Store URL: a folder (chdb, embedded) or ``clickhouse://host:port/db``."""
+HOME = "RANKSIGHT_HOME"
+"""Base folder for the default store and spool (default ``./.ranksight``)."""
+
+DEFAULT_HOME = ".ranksight"
