@@ -1,0 +1,57 @@
+"""Hook configuration: explicit arguments win, then environment variables, then defaults."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass, field
+
+from ranksight import env
+
+LEVELS = ("off", "default")
+"""``off`` records nothing and installs nothing. ``default`` records every step, phase,
+collective and P2P op (op, group, sequence, sizes, enqueue / end / blocked times)."""
+
+
+def new_run_id() -> str:
+    """A fresh run id: ``run-`` followed by 12 hex digits."""
+    return "run-" + uuid.uuid4().hex[:12]
+
+
+def default_spool_dir() -> str:
+    """``$RANKSIGHT_SPOOL_DIR``, else ``$RANKSIGHT_HOME/spool`` (home defaults to ``./.ranksight``)."""
+    home = os.environ.get(env.HOME, env.DEFAULT_HOME)
+    return os.environ.get(env.SPOOL_DIR) or os.path.join(home, "spool")
+
+
+@dataclass(kw_only=True, slots=True)
+class HooksConfig:
+    """How the trainer hooks record and where they leave records for the node agent."""
+
+    run_id: str = field(default_factory=lambda: os.environ.get(env.RUN_ID) or new_run_id())
+    """The training job launch every record is tagged with."""
+    attempt: int = field(default_factory=lambda: int(os.environ.get(env.ATTEMPT, "0")))
+    """Restart count of this run (0 for the first launch)."""
+    level: str = field(default_factory=lambda: os.environ.get(env.LEVEL, "default"))
+    """One of :data:`LEVELS`."""
+    spool_dir: str = field(default_factory=default_spool_dir)
+    """Node-local folder the agent reads; records go to ``<spool_dir>/<run_id>/a<attempt>/``."""
+    max_buffered_records: int = 200_000
+    """In-memory records waiting for the writer thread; past this, new records are dropped
+    and counted (about 300 bytes each: 60 MB at the bound)."""
+    spool_budget_bytes: int = 2 << 30
+    """Most bytes one rank process writes to its spool file; past this, records are dropped."""
+    flush_interval_s: float = 0.25
+    """How often the writer thread moves buffered records to the spool file, seconds."""
+
+    def __post_init__(self) -> None:
+        if self.level not in LEVELS:
+            raise ValueError(f"hook level {self.level!r} is not one of {', '.join(LEVELS)}")
+        if self.attempt < 0:
+            raise ValueError(f"attempt must be >= 0, got {self.attempt}")
+        if not self.run_id or "/" in self.run_id or self.run_id.startswith("."):
+            raise ValueError(f"run id {self.run_id!r} must be non-empty with no '/' or leading '.'")
+        if self.max_buffered_records < 1 or self.spool_budget_bytes < 1:
+            raise ValueError("max_buffered_records and spool_budget_bytes must be positive")
+        if self.flush_interval_s <= 0:
+            raise ValueError(f"flush_interval_s must be > 0, got {self.flush_interval_s}")

@@ -1,0 +1,326 @@
+"""The object a training script holds: steps, phases, collectives, run identity.
+
+Usage (after ``init_process_group``)::
+
+    hooks = trainer_hooks.attach(mesh={"dp": 0, "tp": 1, "pp": 0})
+    for step in range(n):
+        with hooks.step(step) as s:
+            with hooks.phase("data_wait"):
+                batch = next(loader)
+            ...
+            s.set(loss=loss.item(), tokens=n_tokens, lr=lr)
+    hooks.close()
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import time
+import warnings
+from typing import Any
+
+import psutil
+import torch.distributed as dist
+
+from .collectives import BlockedClock, CollectiveRecorder
+from .config import HooksConfig
+from .spool import SpoolWriter, spool_path
+
+
+class _Phase:
+    """Context manager timing one phase; blocked collective time inside is its wait_ns."""
+
+    __slots__ = ("_hooks", "_name", "_microbatch", "_stage", "_t0", "_w0")
+
+    def __init__(self, hooks: Hooks, name: str, microbatch: int, stage: int) -> None:
+        self._hooks, self._name, self._microbatch, self._stage = hooks, name, microbatch, stage
+
+    def __enter__(self) -> _Phase:
+        self._hooks._phase_stack.append(self._name)
+        self._w0 = self._hooks._clock.total_ns
+        self._t0 = time.time_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        t1 = time.time_ns()
+        h = self._hooks
+        h._phase_stack.pop()
+        h._put(
+            {
+                "t": "phases",
+                "step": max(h._step, 0),
+                "phase": self._name,
+                "microbatch": self._microbatch,
+                "stage": self._stage,
+                "start_ns": self._t0,
+                "end_ns": t1,
+                "wait_ns": h._clock.total_ns - self._w0,
+            }
+        )
+
+
+class _Step:
+    """Context manager for one training step; ``set()`` adds the heartbeat values."""
+
+    __slots__ = ("_hooks", "_step", "_t0", "loss", "tokens", "lr")
+
+    def __init__(self, hooks: Hooks, step: int) -> None:
+        self._hooks, self._step = hooks, step
+        self.loss, self.tokens, self.lr = math.nan, 0, math.nan
+
+    def set(self, *, loss: float | None = None, tokens: int = 0, lr: float | None = None) -> None:
+        """Record this step's loss (None where this rank has none), tokens processed by
+        this rank, and learning rate."""
+        self.loss = math.nan if loss is None else float(loss)
+        self.tokens = int(tokens)
+        self.lr = math.nan if lr is None else float(lr)
+
+    def __enter__(self) -> _Step:
+        self._hooks._step = self._step
+        self._t0 = time.time_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        t1 = time.time_ns()
+        h = self._hooks
+        h._put(
+            {
+                "t": "steps",
+                "step": self._step,
+                "start_ns": self._t0,
+                "end_ns": t1,
+                "loss": self.loss,
+                "tokens": self.tokens,
+                "lr": self.lr,
+                "rss_bytes": h._rss(),
+            }
+        )
+        h._put_stats()
+        h._step = -1
+
+
+class Hooks:
+    """Records one rank's steps, phases and collectives into the node's spool.
+
+    Build it with :func:`attach`, not directly. Every method is safe to call from the
+    training loop: none blocks on I/O, and bookkeeping errors are counted, not raised.
+    """
+
+    def __init__(
+        self,
+        config: HooksConfig,
+        *,
+        mesh: dict[str, int] | None = None,
+        mesh_shape: dict[str, int] | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        self._step = -1
+        self._phase_stack: list[str] = []
+        self._clock = BlockedClock()
+        self._proc = psutil.Process()
+        self._closed = False
+        header = {"run_id": config.run_id, "attempt": config.attempt, "rank": self.rank}
+        path = spool_path(config.spool_dir, config.run_id, config.attempt, self.rank)
+        self._spool = SpoolWriter(
+            path,
+            header,
+            max_buffered=config.max_buffered_records,
+            budget_bytes=config.spool_budget_bytes,
+            flush_interval_s=config.flush_interval_s,
+        )
+        if self._spool.error:
+            warnings.warn(f"ranksight: {self._spool.error}; records will be dropped", stacklevel=3)
+        mesh = mesh or {}
+        self._put(
+            {
+                "t": "ranks",
+                "world_size": self.world_size,
+                "host": socket.gethostname(),
+                "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+                "pid": os.getpid(),
+                "device": "cpu",
+                "backend": str(dist.get_backend()),
+                "dp": int(mesh.get("dp", -1)),
+                "tp": int(mesh.get("tp", -1)),
+                "pp": int(mesh.get("pp", -1)),
+                "start_ns": time.time_ns(),
+            }
+        )
+        self._run_record = None
+        if self.rank == 0:
+            shape = mesh_shape or {}
+            self._run_record = {
+                "t": "runs",
+                "created_ns": time.time_ns(),
+                "world_size": self.world_size,
+                "dp": int(shape.get("dp", 1)),
+                "tp": int(shape.get("tp", 1)),
+                "pp": int(shape.get("pp", 1)),
+                "meta_json": json.dumps(meta or {}, default=str),
+            }
+            self._put_run("running")
+        self._recorder = CollectiveRecorder(self._put, self._context, self._clock)
+        self._undo_wait = self._recorder.wrap_work_wait()
+        self._recorder.__enter__()
+
+    # ------------------------------------------------------------------ internals
+    def _put(self, record: dict[str, Any]) -> None:
+        self._spool.put(record)
+
+    def _context(self) -> tuple[int, str]:
+        return self._step, (self._phase_stack[-1] if self._phase_stack else "")
+
+    def _rss(self) -> int:
+        try:
+            return self._proc.memory_info().rss
+        except psutil.Error:
+            return 0
+
+    def _put_stats(self) -> None:
+        self._put(
+            {
+                "t": "hook_stats",
+                "ts_ns": time.time_ns(),
+                "level": self.config.level,
+                "records": self._spool.records,
+                "dropped": self._spool.dropped,
+            }
+        )
+
+    def _put_run(self, status: str) -> None:
+        if self._run_record is not None:
+            self._put({**self._run_record, "status": status, "updated_ns": time.time_ns()})
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def run_id(self) -> str:
+        """The run id records are tagged with."""
+        return self.config.run_id
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """``records`` written, ``dropped`` records, bookkeeping ``errors`` so far."""
+        return {
+            "records": self._spool.records,
+            "dropped": self._spool.dropped,
+            "errors": self._recorder.errors,
+        }
+
+    def step(self, step: int) -> _Step:
+        """Context manager around one training step (``step`` counts from 0)."""
+        return _Step(self, step)
+
+    def phase(self, name: str, *, microbatch: int = -1, stage: int = -1) -> _Phase:
+        """Context manager around one phase: ``data_wait``, ``forward``, ``backward``,
+        ``optimizer``, ``checkpoint`` (any name is accepted)."""
+        return _Phase(self, name, microbatch, stage)
+
+    def instrument_pipeline_stage(self, stage: Any) -> None:
+        """Time every ``forward_one_chunk`` / ``backward_one_chunk`` of a
+        ``torch.distributed.pipelining.PipelineStage`` as forward / backward phases with
+        the microbatch and stage index."""
+        from .pipeline import instrument_stage
+
+        instrument_stage(self, stage)
+
+    def close(self, status: str = "finished") -> dict[str, int]:
+        """Stop recording, write what is buffered, and (rank 0) mark the run ``status``.
+        Returns :attr:`stats`. Safe to call twice."""
+        if self._closed:
+            return self.stats
+        self._closed = True
+        try:
+            self._recorder.__exit__(None, None, None)
+        except Exception:  # the mode stack may have been unwound by the script
+            pass
+        self._undo_wait()
+        self._recorder.flush_pending()
+        self._put_stats()
+        self._put_run(status)
+        self._spool.close()
+        _detach()
+        return self.stats
+
+
+class NoopHooks:
+    """Same API as :class:`Hooks`, records nothing (level ``off``, or attach failed)."""
+
+    run_id = ""
+    stats: dict[str, int] = {"records": 0, "dropped": 0, "errors": 0}
+
+    class _Null:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def set(self, **kw: Any) -> None:
+            return None
+
+    _NULL = _Null()
+
+    def step(self, step: int) -> _Null:
+        """No-op step context."""
+        return self._NULL
+
+    def phase(self, name: str, **kw: Any) -> _Null:
+        """No-op phase context."""
+        return self._NULL
+
+    def instrument_pipeline_stage(self, stage: Any) -> None:
+        """Does nothing."""
+
+    def close(self, status: str = "finished") -> dict[str, int]:
+        """Does nothing."""
+        return self.stats
+
+
+_ATTACHED: Hooks | None = None
+
+
+def _detach() -> None:
+    global _ATTACHED
+    _ATTACHED = None
+
+
+def attach(
+    *,
+    mesh: dict[str, int] | None = None,
+    mesh_shape: dict[str, int] | None = None,
+    meta: dict[str, Any] | None = None,
+    config: HooksConfig | None = None,
+    **config_kw: Any,
+) -> Hooks | NoopHooks:
+    """Attach ranksight to this training process; call once, after ``init_process_group``.
+
+    ``mesh`` is this rank's coordinates (``{"dp": i, "tp": j, "pp": k}``), ``mesh_shape``
+    the mesh size per axis, ``meta`` anything to keep with the run (rank 0's copy is
+    stored: config, injected faults). ``config_kw`` are :class:`HooksConfig` fields.
+
+    Never raises for a misuse that training can survive: attached twice returns the
+    existing hooks with a warning; attached before ``init_process_group`` or at level
+    ``off`` returns :class:`NoopHooks`. Raises ValueError for an invalid config value.
+    """
+    global _ATTACHED
+    cfg = config or HooksConfig(**config_kw)
+    if cfg.level == "off":
+        return NoopHooks()
+    if _ATTACHED is not None:
+        warnings.warn("ranksight hooks are already attached; reusing them", stacklevel=2)
+        return _ATTACHED
+    if not dist.is_available() or not dist.is_initialized():
+        warnings.warn(
+            "ranksight.attach() called before torch.distributed.init_process_group(); "
+            "nothing will be recorded (call attach after init_process_group)",
+            stacklevel=2,
+        )
+        return NoopHooks()
+    _ATTACHED = Hooks(cfg, mesh=mesh, mesh_shape=mesh_shape, meta=meta)
+    return _ATTACHED
