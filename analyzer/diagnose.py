@@ -1,0 +1,145 @@
+"""From one run's data to ranked findings: culprit, cause, evidence, confidence, impact."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .findings import Finding
+from .groups import group_axes
+from .queries import RunData
+from .straggler import StragglerConfig, find_slow_ranks
+from .waits import WaitSummary, summarize_waits
+
+_MS = 1e6
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The analyzer's answer for one run attempt."""
+
+    run_id: str
+    attempt: int
+    findings: list[Finding]
+    steps_analyzed: int
+    median_step_ms: float
+    notes: list[str] = field(default_factory=list)
+
+
+def step_times(steps: pd.DataFrame) -> pd.Series:
+    """step -> median over ranks of the step's duration (ns)."""
+    if steps.empty:
+        return pd.Series(dtype=float)
+    dur = (steps["end_ns"] - steps["start_ns"]).astype(float)
+    return dur.groupby(steps["step"]).median()
+
+
+def _coords(ranks: pd.DataFrame) -> pd.DataFrame:
+    return ranks.set_index("rank")[["dp", "tp", "pp", "host"]]
+
+
+def _phase_evidence(phases: pd.DataFrame, rank: int, peers: list[int], onset: int) -> dict:
+    """Median self time per call (ms) of each phase: the rank against its peers."""
+    sub = phases[phases["step"] >= onset]
+    out = {}
+    for phase, rows in sub.groupby("phase"):
+        per_call = rows["self_ns"] / rows["n"].clip(lower=1)
+        own = per_call[rows["rank"] == rank]
+        peer = per_call[rows["rank"].isin(peers)]
+        if own.empty or peer.empty:
+            continue
+        out[phase] = {
+            "rank_ms": round(float(own.median()) / _MS, 3),
+            "peers_ms": round(float(peer.median()) / _MS, 3),
+            "ratio": round(float(own.median() / max(peer.median(), 1.0)), 2),
+        }
+    return out
+
+
+def _impact(excess_ns: pd.Series, step_ns: pd.Series) -> tuple[float, float, float]:
+    """(percent of step time saved, mean step ms now, mean step ms without the excess).
+
+    The culprit's excess self time per step is taken to be on the step's critical path:
+    in synchronous training every rank waits for it at the next collective (tensor and
+    data parallel) or send/recv (pipeline). Bounded below by zero saving."""
+    steps = step_ns.reindex(excess_ns.index).dropna()
+    if steps.empty:
+        return 0.0, 0.0, 0.0
+    excess = excess_ns.reindex(steps.index).fillna(0.0).clip(upper=steps)
+    now, without = float(steps.mean()), float((steps - excess).mean())
+    return 100.0 * (now - without) / now, now / _MS, without / _MS
+
+
+def _confidence(slow_fraction: float, ratio: float, last_share: float) -> float:
+    """0..1: how consistently slow, how far above threshold, how often the rank was the
+    last arriver in the collectives where others waited for it."""
+    margin = min(1.0, max(0.0, (ratio - 1.0) / 1.0))
+    return round(float(np.clip(0.4 * slow_fraction + 0.3 * margin + 0.3 * last_share, 0, 1)), 2)
+
+
+def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
+    """Find compute and data-loader stragglers in ``data`` and say what they cost.
+
+    Flagged ranks that mostly waited for another flagged rank are victims, not culprits.
+    Returns an Analysis whose findings are ordered by impact (largest first)."""
+    cfg = cfg or StragglerConfig()
+    notes: list[str] = []
+    if data.ranks.empty or data.steps.empty:
+        notes.append("no step records: nothing to analyze yet")
+        return Analysis(data.run_id, data.attempt, [], 0, 0.0, notes)
+    coords = _coords(data.ranks)
+    st = step_times(data.steps)
+    analyzed = st[st.index >= cfg.skip_steps]
+    axes = group_axes(data.groups, coords) if not data.groups.empty else {}
+    waits = summarize_waits(data.arrivals, data.p2p, axes)
+    slow = find_slow_ranks(data.phases, coords["pp"], st, cfg)
+    culprits = [s for s in slow if not waits.mostly_waited_on(s.rank, [o.rank for o in slow])]
+    for s in slow:
+        if s not in culprits:
+            notes.append(f"rank {s.rank} looked slow but mostly waited for another slow rank")
+    findings = [_finding(s, data, coords, st, waits) for s in culprits]
+    findings.sort(key=lambda f: -f.impact_pct)
+    med = float(analyzed.median()) / _MS if not analyzed.empty else 0.0
+    return Analysis(data.run_id, data.attempt, findings, len(analyzed), med, notes)
+
+
+def _finding(s, data: RunData, coords: pd.DataFrame, st: pd.Series, waits: WaitSummary) -> Finding:
+    c = coords.loc[s.rank]
+    peers = [int(r) for r in coords.index[(coords["pp"] == c["pp"]) & (coords.index != s.rank)]]
+    impact, now_ms, without_ms = _impact(s.excess_ns, st)
+    caused = waits.caused_by(s.rank, since_step=s.onset_step)
+    slow_fraction = s.slow_steps / max(s.steps_from_onset, 1)
+    what = "compute (forward/backward)" if s.cause == "compute" else "data loading"
+    summary = (
+        f"rank {s.rank} (dp={c['dp']}, tp={c['tp']}, pp={c['pp']}, host {c['host']}) is slow in "
+        f"{what}: {s.median_ratio:.2f}x its same-stage peers from step {s.onset_step}; "
+        f"others waited {caused['total_ms'] / 1000:.1f} s for it; "
+        f"without it the step time would drop by about {impact:.0f}%"
+    )
+    evidence = {
+        "onset_step": s.onset_step,
+        "slow_steps": s.slow_steps,
+        "steps_from_onset": s.steps_from_onset,
+        "median_ratio": round(s.median_ratio, 3),
+        "same_stage_peers": peers,
+        "phases": _phase_evidence(data.phases, s.rank, peers, s.onset_step),
+        "waited_for_it": caused,
+        "step_ms_now": round(now_ms, 1),
+        "step_ms_without": round(without_ms, 1),
+        "excess_ms_per_step": round(float(s.excess_ns.mean()) / _MS, 1),
+    }
+    return Finding(
+        kind="straggler",
+        cause=s.cause,
+        culprit_rank=s.rank,
+        host=str(c["host"]),
+        dp=int(c["dp"]),
+        tp=int(c["tp"]),
+        pp=int(c["pp"]),
+        confidence=_confidence(slow_fraction, s.median_ratio, caused["last_share"]),
+        impact_pct=round(impact, 1),
+        summary=summary,
+        evidence=evidence,
+    )

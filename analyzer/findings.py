@@ -1,0 +1,63 @@
+"""What the analyzer concludes: frozen findings with evidence, confidence and impact."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+KINDS = ("straggler", "slow_communication", "hang")
+CAUSES = ("compute", "data_loader", "optimizer", "communication", "unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One culprit (or problem) and why.
+
+    ``impact_pct`` is how much faster the job would run without it: 25.0 means the mean
+    step time would drop by 25%. ``confidence`` is in [0, 1]. ``evidence`` holds the
+    numbers the finding rests on (times in ns unless a key says otherwise).
+    """
+
+    kind: str
+    cause: str
+    culprit_rank: int
+    host: str
+    dp: int
+    tp: int
+    pp: int
+    confidence: float
+    impact_pct: float
+    summary: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_row(self, run_id: str, attempt: int, analyzed_ns: int, finding_id: int) -> dict:
+        """The ``findings`` table row for this finding."""
+        row = asdict(self)
+        evidence = row.pop("evidence")
+        return {
+            "run_id": run_id,
+            "attempt": attempt,
+            "analyzed_ns": analyzed_ns,
+            "finding_id": finding_id,
+            **row,
+            "evidence_json": json.dumps(evidence, default=_json_default),
+        }
+
+    @classmethod
+    def from_row(cls, row: dict) -> Finding:
+        """Inverse of :meth:`to_row` (ignores run_id, attempt, analyzed_ns, finding_id)."""
+        names = [f for f in cls.__dataclass_fields__ if f != "evidence"]
+        kw = {n: row[n] for n in names}
+        for n in ("culprit_rank", "dp", "tp", "pp"):
+            kw[n] = int(kw[n])
+        kw["confidence"], kw["impact_pct"] = float(kw["confidence"]), float(kw["impact_pct"])
+        return cls(**kw, evidence=json.loads(row.get("evidence_json") or "{}"))
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):  # numpy scalars
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)

@@ -1,0 +1,30 @@
+"""Which mesh axis a process group spans, from its members' coordinates."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ranksight.mesh import MeshAxis
+
+
+def group_axis(member_ranks: list[int], coords: pd.DataFrame) -> str:
+    """The axis a group spans: ``"tp"``, ``"dp"`` or ``"pp"`` when its members differ in
+    exactly that coordinate, ``"world"`` when it holds every rank, else ``"mixed"``.
+    ``coords`` is indexed by rank with columns dp, tp, pp; unknown ranks give ``"mixed"``."""
+    if len(member_ranks) == len(coords) and set(member_ranks) == set(coords.index):
+        return "world"
+    try:
+        sub = coords.loc[member_ranks]
+    except KeyError:
+        return "mixed"
+    varying = [a.value for a in MeshAxis if sub[a.value].nunique() > 1]
+    return varying[0] if len(varying) == 1 else "mixed"
+
+
+def group_axes(groups: pd.DataFrame, coords: pd.DataFrame) -> dict[str, str]:
+    """``{group_id: axis}`` for a frame with columns group_id, group_ranks ("0,1,...")."""
+    out = {}
+    for gid, ranks in zip(groups["group_id"], groups["group_ranks"], strict=True):
+        members = [int(r) for r in str(ranks).split(",") if r]
+        out[gid] = group_axis(members, coords)
+    return out

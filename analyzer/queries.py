@@ -1,0 +1,178 @@
+"""The analyzer's SQL: heavy aggregation pushed down into the store.
+
+Every query runs unchanged on ClickHouse 18.16 and current ClickHouse (chdb): explicit
+``ALL INNER JOIN ... USING`` between subqueries (18.16 needs the strictness word and
+knows no table aliases in joins), no CTEs, no window functions, values only as bound
+``%(name)s`` parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ranksight.store import Store, StoreError
+
+_RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
+
+RUNS = """
+SELECT run_id, attempt,
+       min(created_ns) AS created_ns, max(updated_ns) AS updated_ns,
+       argMax(status, updated_ns) AS status, max(world_size) AS world_size,
+       max(dp) AS dp, max(tp) AS tp, max(pp) AS pp, argMax(meta_json, updated_ns) AS meta_json
+FROM runs
+GROUP BY run_id, attempt
+ORDER BY created_ns DESC
+"""
+
+RUN_STEP_COUNTS = """
+SELECT run_id, attempt, max(step) + 1 AS steps, uniqExact(rank) AS ranks_seen,
+       min(start_ns) AS first_ns, max(end_ns) AS last_ns
+FROM steps
+GROUP BY run_id, attempt
+"""
+
+RANKS = f"""
+SELECT rank, any(host) AS host, any(local_rank) AS local_rank, any(pid) AS pid,
+       any(device) AS device, any(backend) AS backend, max(world_size) AS world_size,
+       any(dp) AS dp, any(tp) AS tp, any(pp) AS pp
+FROM ranks WHERE {_RUN}
+GROUP BY rank ORDER BY rank
+"""
+
+STEPS = f"""
+SELECT rank, step, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
+       any(loss) AS loss, any(tokens) AS tokens
+FROM steps WHERE {_RUN}
+GROUP BY rank, step ORDER BY step, rank
+"""
+
+PHASES = f"""
+SELECT rank, step, phase, count() AS n, sum(end_ns - start_ns) AS dur_ns,
+       sum(wait_ns) AS wait_ns, sum(end_ns - start_ns - wait_ns) AS self_ns,
+       max(stage) AS stage
+FROM phases WHERE {_RUN}
+GROUP BY rank, step, phase ORDER BY step, rank, phase
+"""
+
+# Per collective instance (group_id, group_seq) the last arriver and each member's wait
+# for it (max enqueue - own enqueue), summed per (rank, last_rank, group, step). Only
+# instances every member reported are counted.
+ARRIVALS = f"""
+SELECT rank, last_rank, group_id, step, any(op) AS op, count() AS n,
+       sum(max_enq - enqueue_ns) AS waited_ns,
+       sum(greatest(end_ns - max_enq, 0)) AS after_last_ns
+FROM
+(
+    SELECT rank, group_id, group_seq, step, op, enqueue_ns, end_ns
+    FROM collectives WHERE {_RUN} AND peer = -1 AND end_ns > 0
+)
+ALL INNER JOIN
+(
+    SELECT group_id, group_seq, max(enqueue_ns) AS max_enq,
+           argMax(rank, enqueue_ns) AS last_rank, count() AS n_seen,
+           any(length(splitByChar(',', group_ranks))) AS n_members
+    FROM collectives WHERE {_RUN} AND peer = -1 AND end_ns > 0
+    GROUP BY group_id, group_seq
+    HAVING n_seen = n_members
+) USING (group_id, group_seq)
+GROUP BY rank, last_rank, group_id, step
+"""
+
+# Each recv matched with its send by (group, src, dst, per-pair sequence): how long the
+# receiver had been waiting when the sender issued the send.
+P2P_WAITS = f"""
+SELECT dst AS rank, src AS peer, step, count() AS n,
+       sum(greatest(send_enq - enqueue_ns, 0)) AS waited_ns
+FROM
+(
+    SELECT group_id, rank AS dst, peer AS src, group_seq, step, enqueue_ns
+    FROM collectives WHERE {_RUN} AND op = 'recv' AND peer >= 0
+)
+ALL INNER JOIN
+(
+    SELECT group_id, rank AS src, peer AS dst, group_seq, enqueue_ns AS send_enq
+    FROM collectives WHERE {_RUN} AND op = 'send' AND peer >= 0
+) USING (group_id, src, dst, group_seq)
+GROUP BY dst, src, step
+"""
+
+GROUPS = f"""
+SELECT group_id, any(group_ranks) AS group_ranks, count() AS n, any(op) AS op
+FROM collectives WHERE {_RUN}
+GROUP BY group_id
+"""
+
+FINDINGS = """
+SELECT * FROM findings
+WHERE run_id = %(run_id)s AND attempt = %(attempt)s
+  AND analyzed_ns = (SELECT max(analyzed_ns) FROM findings
+                     WHERE run_id = %(run_id)s AND attempt = %(attempt)s)
+ORDER BY finding_id
+"""
+
+
+@dataclass(frozen=True)
+class RunData:
+    """Everything the analyzer reads for one run attempt (frames as the queries above)."""
+
+    run_id: str
+    attempt: int
+    run: dict
+    ranks: pd.DataFrame
+    steps: pd.DataFrame
+    phases: pd.DataFrame
+    arrivals: pd.DataFrame
+    p2p: pd.DataFrame
+    groups: pd.DataFrame
+
+
+class UnknownRun(StoreError):
+    """The run id (or attempt) is not in the store."""
+
+
+def list_runs(store: Store) -> pd.DataFrame:
+    """Runs in the store, newest first, with step counts where steps were recorded."""
+    runs = store.query(RUNS)
+    counts = store.query(RUN_STEP_COUNTS)
+    if runs.empty:
+        return runs
+    return runs.merge(counts, on=["run_id", "attempt"], how="left")
+
+
+def resolve_attempt(store: Store, run_id: str, attempt: int | None) -> tuple[dict, int]:
+    """The run's row and attempt (the latest when ``attempt`` is None).
+    Raises UnknownRun naming the run id and the runs that do exist."""
+    runs = store.query(RUNS)
+    mine = runs[runs["run_id"] == run_id]
+    if attempt is not None:
+        mine = mine[mine["attempt"] == attempt]
+    if mine.empty:
+        known = ", ".join(runs["run_id"].head(5)) or "none"
+        what = run_id if attempt is None else f"{run_id} attempt {attempt}"
+        raise UnknownRun(f"unknown run {what!r} (recent runs: {known}); see 'ranksight runs'")
+    row = mine.sort_values("attempt").iloc[-1].to_dict()
+    return row, int(row["attempt"])
+
+
+def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
+    """Run the pushdown queries for one run attempt. Raises UnknownRun or StoreError."""
+    run, attempt = resolve_attempt(store, run_id, attempt)
+    p = {"run_id": run_id, "attempt": attempt}
+    return RunData(
+        run_id=run_id,
+        attempt=attempt,
+        run=run,
+        ranks=store.query(RANKS, p),
+        steps=store.query(STEPS, p),
+        phases=store.query(PHASES, p),
+        arrivals=store.query(ARRIVALS, p),
+        p2p=store.query(P2P_WAITS, p),
+        groups=store.query(GROUPS, p),
+    )
+
+
+def load_findings(store: Store, run_id: str, attempt: int) -> pd.DataFrame:
+    """The latest analysis' findings for a run attempt (empty if never analyzed)."""
+    return store.query(FINDINGS, {"run_id": run_id, "attempt": attempt})

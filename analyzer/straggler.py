@@ -1,0 +1,153 @@
+"""Compute stragglers: ranks whose own work is slower than their peers of the same role.
+
+Method (after MegaScale, NSDI 2024, section 5): never blame a rank for a long collective,
+since a collective's duration includes waiting for the last arriver. Instead compare each
+rank's *self time* in a phase (phase duration minus the time it was blocked waiting on
+collectives inside it) with the median of its peers of the same pipeline stage (the first
+and last stage legitimately differ), step by step. A rank whose ratio stays above the
+threshold is a straggler; the ranks that waited for it in collectives are its victims.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+COMPUTE_PHASES = ("forward", "backward", "optimizer")
+DATA_PHASES = ("data_wait",)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StragglerConfig:
+    """Thresholds of the straggler test."""
+
+    ratio_threshold: float = 1.25
+    """Self time over the same-stage peer median that counts as slow: 1.25 = 25% slower."""
+    min_slow_fraction: float = 0.8
+    """Share of steps from the onset on that must be slow for a chronic straggler."""
+    min_slow_steps: int = 3
+    """At least this many slow steps before anyone is named."""
+    data_wait_fraction: float = 0.10
+    """Data-loader wait above peers by this share of the step time counts as a stall."""
+    skip_steps: int = 1
+    """Leading steps ignored (connection set-up, allocator warm-up)."""
+
+    def __post_init__(self) -> None:
+        if self.ratio_threshold <= 1.0:
+            raise ValueError(f"ratio_threshold must be > 1, got {self.ratio_threshold}")
+        if not 0 < self.min_slow_fraction <= 1:
+            raise ValueError(f"min_slow_fraction must be in (0, 1], got {self.min_slow_fraction}")
+        if self.min_slow_steps < 1 or self.skip_steps < 0:
+            raise ValueError("min_slow_steps must be >= 1 and skip_steps >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class SlowRank:
+    """A rank slow against its peers: per-step self time and peer medians (ns)."""
+
+    rank: int
+    cause: str  # "compute" | "data_loader"
+    onset_step: int
+    slow_steps: int
+    steps_from_onset: int
+    median_ratio: float
+    excess_ns: pd.Series  # per step: self time minus peer median, from onset on
+    self_ns: pd.Series  # per step
+    peer_median_ns: pd.Series  # per step
+
+
+def self_time(phases: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
+    """Rank x step matrix of summed self time (ns) over the phases ``names``."""
+    sub = phases[phases["phase"].isin(names)]
+    if sub.empty:
+        return pd.DataFrame()
+    table = sub.pivot_table(index="rank", columns="step", values="self_ns", aggfunc="sum")
+    return table.astype(float)
+
+
+def peer_median(matrix: pd.DataFrame, role: pd.Series) -> pd.DataFrame:
+    """For each rank and step, the median over the *other* ranks with the same role
+    (``role`` maps rank -> e.g. pipeline stage). NaN where a rank has no peers."""
+    out = pd.DataFrame(np.nan, index=matrix.index, columns=matrix.columns)
+    for _, members in role.groupby(role):
+        ranks = [r for r in members.index if r in matrix.index]
+        for r in ranks:
+            peers = [p for p in ranks if p != r]
+            if peers:
+                out.loc[r] = matrix.loc[peers].median(axis=0)
+    return out
+
+
+def _onset(slow: pd.Series, cfg: StragglerConfig) -> int | None:
+    """First step from which at least ``min_slow_fraction`` of steps are slow."""
+    flags = slow.to_numpy(dtype=bool)
+    steps = slow.index.to_numpy()
+    for i in range(len(flags)):
+        if not flags[i]:
+            continue
+        tail = flags[i:]
+        if tail.sum() >= cfg.min_slow_steps and tail.mean() >= cfg.min_slow_fraction:
+            return int(steps[i])
+    return None
+
+
+def _scan(
+    matrix: pd.DataFrame, role: pd.Series, is_slow, cause: str, cfg: StragglerConfig
+) -> list[SlowRank]:
+    if matrix.empty:
+        return []
+    matrix = matrix.loc[:, [s for s in matrix.columns if s >= cfg.skip_steps]]
+    med = peer_median(matrix, role)
+    found = []
+    for r in matrix.index:
+        slow = is_slow(matrix.loc[r], med.loc[r]).fillna(False)
+        onset = _onset(slow, cfg)
+        if onset is None:
+            continue
+        cols = [s for s in matrix.columns if s >= onset]
+        ratio = (matrix.loc[r, cols] / med.loc[r, cols]).replace([np.inf], np.nan)
+        found.append(
+            SlowRank(
+                rank=int(r),
+                cause=cause,
+                onset_step=onset,
+                slow_steps=int(slow[cols].sum()),
+                steps_from_onset=len(cols),
+                median_ratio=float(np.nanmedian(ratio)) if ratio.notna().any() else float("inf"),
+                excess_ns=(matrix.loc[r, cols] - med.loc[r, cols]).clip(lower=0),
+                self_ns=matrix.loc[r],
+                peer_median_ns=med.loc[r],
+            )
+        )
+    return found
+
+
+def find_slow_ranks(
+    phases: pd.DataFrame,
+    role: pd.Series,
+    step_time_ns: pd.Series,
+    cfg: StragglerConfig | None = None,
+) -> list[SlowRank]:
+    """Ranks slow in compute (forward + backward + optimizer self time over the peer
+    median by ``ratio_threshold``) or in data loading (data_wait above peers by
+    ``data_wait_fraction`` of the step time), ordered by total excess time.
+
+    ``phases``: rows (rank, step, phase, self_ns); ``role``: rank -> pipeline stage;
+    ``step_time_ns``: step -> median step duration (ns)."""
+    cfg = cfg or StragglerConfig()
+    compute = self_time(phases, COMPUTE_PHASES)
+    data = self_time(phases, DATA_PHASES)
+    thr = cfg.ratio_threshold
+
+    def compute_slow(own: pd.Series, med: pd.Series) -> pd.Series:
+        return own > thr * med
+
+    def data_slow(own: pd.Series, med: pd.Series) -> pd.Series:
+        budget = cfg.data_wait_fraction * step_time_ns.reindex(own.index)
+        return (own - med) > budget
+
+    found = _scan(compute, role, compute_slow, "compute", cfg)
+    found += _scan(data, role, data_slow, "data_loader", cfg)
+    return sorted(found, key=lambda s: -float(s.excess_ns.sum()))
