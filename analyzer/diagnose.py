@@ -91,7 +91,7 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
         return Analysis(data.run_id, data.attempt, [], 0, 0.0, notes)
     coords = _coords(data.ranks)
     st = step_times(data.steps)
-    analyzed = st[st.index >= cfg.skip_steps]
+    analyzed = st.sort_index().iloc[cfg.skip_steps :]
     axes = group_axes(data.groups, coords) if not data.groups.empty else {}
     waits = summarize_waits(data.arrivals, data.p2p, axes)
     slow = find_slow_ranks(data.phases, coords["pp"], st, cfg)

@@ -20,7 +20,7 @@ RUNS = """
 SELECT run_id, attempt,
        min(created_ns) AS created_ns, max(updated_ns) AS updated_ns,
        argMax(status, updated_ns) AS status, max(world_size) AS world_size,
-       max(dp) AS dp, max(tp) AS tp, max(pp) AS pp, argMax(meta_json, updated_ns) AS meta_json
+       max(dp) AS dp, max(tp) AS tp, max(pp) AS pp, argMax(meta_json, length(meta_json)) AS meta_json
 FROM runs
 GROUP BY run_id, attempt
 ORDER BY created_ns DESC

@@ -32,7 +32,7 @@ class StragglerConfig:
     data_wait_fraction: float = 0.10
     """Data-loader wait above peers by this share of the step time counts as a stall."""
     skip_steps: int = 1
-    """Leading steps ignored (connection set-up, allocator warm-up)."""
+    """How many of the first recorded steps are ignored (connection set-up, warm-up)."""
 
     def __post_init__(self) -> None:
         if self.ratio_threshold <= 1.0:
@@ -98,7 +98,7 @@ def _scan(
 ) -> list[SlowRank]:
     if matrix.empty:
         return []
-    matrix = matrix.loc[:, [s for s in matrix.columns if s >= cfg.skip_steps]]
+    matrix = matrix.loc[:, sorted(matrix.columns)[cfg.skip_steps :]]
     med = peer_median(matrix, role)
     found = []
     for r in matrix.index:

@@ -1,0 +1,161 @@
+"""The ``ranksight`` command: a thin layer over the library APIs.
+
+Exit codes: 0 ok / no culprit, 3 a culprit was found (``report``, ``demo``), 1 an error
+(bad store, unknown run, failed job), 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+
+import typer
+from rich.console import Console
+
+from ranksight import report as rep
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
+console = Console()
+err = Console(stderr=True)
+
+StoreOpt = typer.Option(None, "--store", help="store URL: a folder (chdb) or clickhouse://host:port/db; default $RANKSIGHT_STORE or ./.ranksight/store")
+
+
+def _fail(message: str, code: int = 1) -> None:
+    err.print(f"[red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def _open(url: str | None):
+    from ranksight.store import StoreError, open_store
+    from ranksight.store.url import default_store_url
+
+    try:
+        store = open_store(url or default_store_url())
+        store.init_schema()
+        return store
+    except StoreError as e:
+        _fail(str(e))
+    except ValueError as e:
+        _fail(f"bad --store {url!r}: {e}")
+
+
+@app.command()
+def demo(
+    inject: str = typer.Option("slow:rank=5,factor=3,from_step=4", help="fault to inject ('none' for a clean run)"),
+    steps: int = typer.Option(24, min=4, help="training steps"),
+    store: str = StoreOpt,
+    dp: int = typer.Option(2, min=1),
+    tp: int = typer.Option(2, min=1),
+    pp: int = typer.Option(2, min=1),
+    format: str = typer.Option("text", help="report format: text, json or markdown"),
+) -> None:
+    """Train a real 3D-parallel GPT on CPU with an injected fault, collect, diagnose, report."""
+    from ranksight.demo import DemoConfig, run_demo
+
+    try:
+        cfg = DemoConfig(inject=inject, steps=steps, store=store, dp=dp, tp=tp, pp=pp, format=format)
+    except ValueError as e:
+        _fail(str(e), 2)
+    raise typer.Exit(run_demo(cfg, console, err))
+
+
+@app.command()
+def report(
+    run: str = typer.Option(..., "--run", help="run id (see 'ranksight runs')"),
+    attempt: int = typer.Option(None, help="attempt (default: the latest)"),
+    store: str = StoreOpt,
+    format: str = typer.Option("text", help="text, json or markdown"),
+    save: bool = typer.Option(True, help="store the findings for the UI"),
+) -> None:
+    """Diagnose a stored run and print the root-cause report (exit 3 if a culprit is found)."""
+    from ranksight.analyzer import analyze
+    from ranksight.store import StoreError
+
+    if format not in rep.FORMATS:
+        _fail(f"--format must be one of {', '.join(rep.FORMATS)}, got {format!r}", 2)
+    s = _open(store)
+    try:
+        analysis = analyze(s, run, attempt, save=save)
+        run_row = analysis_run(s, run, analysis.attempt)
+    except StoreError as e:
+        _fail(str(e))
+    emit(analysis, run_row, format)
+    raise typer.Exit(rep.exit_code(analysis))
+
+
+def analysis_run(store, run_id: str, attempt: int) -> dict:
+    """The run's row (status, mesh, meta) for the report headline."""
+    from ranksight.analyzer.queries import resolve_attempt
+
+    return resolve_attempt(store, run_id, attempt)[0]
+
+
+def emit(analysis, run_row: dict, format: str) -> None:
+    """Print the analysis in ``format``."""
+    if format == "json":
+        print(rep.to_json(analysis, run_row))
+    elif format == "markdown":
+        print(rep.to_markdown(analysis, run_row), end="")
+    else:
+        rep.print_text(analysis, console, run_row)
+
+
+@app.command()
+def runs(store: str = StoreOpt) -> None:
+    """List stored runs, newest first."""
+    from rich.table import Table
+
+    from ranksight.analyzer import list_runs
+
+    frame = list_runs(_open(store))
+    if frame.empty:
+        console.print("no runs in this store yet (try 'ranksight demo')")
+        return
+    table = Table()
+    for col in ("run_id", "attempt", "status", "world", "mesh dp x tp x pp", "steps"):
+        table.add_column(col)
+    for r in frame.to_dict("records"):
+        steps = r.get("steps")
+        table.add_row(r["run_id"], str(r["attempt"]), r["status"], str(r["world_size"]),
+                      f"{r['dp']} x {r['tp']} x {r['pp']}", "" if steps != steps else str(int(steps)))
+    console.print(table)
+
+
+@app.command()
+def agent(
+    spool: str = typer.Option(None, help="spool folder the ranks write to (default $RANKSIGHT_SPOOL_DIR)"),
+    store: str = StoreOpt,
+    interval: float = typer.Option(1.0, min=0.05, help="seconds between batches"),
+    once: bool = typer.Option(False, help="ship what is there and exit"),
+) -> None:
+    """Run the node agent: ship the local ranks' records to the store until SIGTERM/SIGINT."""
+    from ranksight.agent import Agent
+    from ranksight.trainer_hooks.config import default_spool_dir
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s ranksight-agent %(message)s")
+    a = Agent(spool or default_spool_dir(), _open(store), interval_s=interval)
+    if once:
+        n = a.drain()
+        console.print(f"shipped {n} records ({a.stats.rejected} rejected)")
+        return
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    a.run(stop)
+    logging.info("stopped: shipped=%d rejected=%d store_errors=%d", a.stats.shipped,
+                 a.stats.rejected, a.stats.store_errors)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""``ranksight demo``: a real hooked 3D-parallel training job, diagnosed end to end.
+
+It starts a node agent (its own process), launches the reference trainer under torchrun
+(one process per rank, gloo on CPU) with the hooks on and a fault injected, shows
+progress from the store while the job runs, then analyzes the run and prints the report.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ranksight import env
+from ranksight import report as rep
+from ranksight.trainer_hooks.config import new_run_id
+
+
+@dataclass(kw_only=True, slots=True)
+class DemoConfig:
+    """What the demo runs."""
+
+    inject: str = "slow:rank=5,factor=3,from_step=4"
+    """Fault spec for the reference trainer (``none`` for a clean run)."""
+    steps: int = 24
+    """Training steps."""
+    store: str | None = None
+    """Store URL; None: ``$RANKSIGHT_STORE`` or ``$RANKSIGHT_HOME/store``."""
+    dp: int = 2
+    """Data-parallel degree."""
+    tp: int = 2
+    """Tensor-parallel degree."""
+    pp: int = 2
+    """Pipeline stages."""
+    format: str = "text"
+    """Report format: text, json or markdown."""
+    timeout_s: float = 900.0
+    """Give up on the training job after this many seconds."""
+
+    def __post_init__(self) -> None:
+        from ranksight.reference_trainer.faults import parse_faults
+
+        if self.format not in rep.FORMATS:
+            raise ValueError(f"--format must be one of {', '.join(rep.FORMATS)}, got {self.format!r}")
+        if self.steps < 4:
+            raise ValueError(f"--steps must be >= 4, got {self.steps}")
+        self.faults = parse_faults([self.inject])  # raises ValueError naming the spec
+        world = self.dp * self.tp * self.pp
+        for f in self.faults:
+            if f.rank is not None and f.rank >= world:
+                raise ValueError(f"--inject {self.inject!r}: rank {f.rank} is outside world size {world}")
+
+    @property
+    def world_size(self) -> int:
+        """dp x tp x pp."""
+        return self.dp * self.tp * self.pp
+
+
+def _home() -> str:
+    return os.path.abspath(os.environ.get(env.HOME, env.DEFAULT_HOME))
+
+
+def _describe(cfg: DemoConfig, console: Console, run_id: str, store_url: str, spool: str) -> None:
+    from ranksight.reference_trainer.layout import coords_of
+
+    shape = {"dp": cfg.dp, "tp": cfg.tp, "pp": cfg.pp}
+    console.print(f"[bold]ranksight demo[/] run [bold]{run_id}[/]: {cfg.world_size} CPU ranks "
+                  f"(DP{cfg.dp} x TP{cfg.tp} x PP{cfg.pp}, gloo), {cfg.steps} steps of a GPT on "
+                  "Python's own docs")
+    if not cfg.faults:
+        console.print("injecting: nothing (a clean run: the report should name no culprit)")
+    for f in cfg.faults:
+        c = coords_of(f.rank, shape) if f.rank is not None else {}
+        console.print(f"injecting: [bold red]{f.text}[/] -> rank {f.rank} "
+                      f"(dp={c.get('dp')}, tp={c.get('tp')}, pp={c.get('pp')})")
+    console.print(f"records: ranks -> spool {spool} -> agent -> store {store_url}")
+
+
+def _trainer_cmd(cfg: DemoConfig, run_id: str) -> list[str]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={cfg.world_size}", "-m", "ranksight.reference_trainer.train",
+           "--dp", str(cfg.dp), "--tp", str(cfg.tp), "--pp", str(cfg.pp),
+           "--steps", str(cfg.steps), "--run-id", run_id, "--hooks", "default"]
+    return cmd + ["--inject", cfg.inject]
+
+
+def _progress_step(store, run_id: str) -> int:
+    try:
+        got = store.query("SELECT max(step) AS s, count() AS n FROM steps WHERE run_id = %(r)s",
+                          {"r": run_id})
+        return int(got["s"].iloc[0]) if int(got["n"].iloc[0]) else 0
+    except Exception:  # progress is cosmetic; the store may be mid-write
+        return 0
+
+
+def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, wait_s: float = 30.0) -> int:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
+    """Run the demo; returns the exit code (0 clean, 3 culprit found, 1 failure)."""
+    from ranksight.analyzer import analyze
+    from ranksight.analyzer.queries import resolve_attempt
+    from ranksight.store import StoreError, open_store
+    from ranksight.store.url import default_store_url
+
+    home = _home()
+    spool = os.path.join(home, "spool")
+    store_url = cfg.store or default_store_url()
+    try:
+        store = open_store(store_url)
+        store.init_schema()
+    except (StoreError, ValueError) as e:
+        err.print(f"[red]error:[/] {e}")
+        return 1
+    run_id = new_run_id()
+    _describe(cfg, console, run_id, store_url, spool)
+    log_path = os.path.join(home, f"{run_id}.log")
+    os.makedirs(home, exist_ok=True)
+    child_env = {**os.environ, env.RUN_ID: run_id, env.SPOOL_DIR: spool, env.LEVEL: "default",
+                 env.STORE: store_url, "OMP_NUM_THREADS": "1"}
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "ranksight.cli", "agent", "--spool", spool, "--store", store_url,
+         "--interval", "0.5"], env=child_env, stdout=subprocess.DEVNULL,
+        stderr=open(os.path.join(home, "agent.log"), "a"))  # noqa: SIM115
+    with open(log_path, "w") as log:
+        trainer = subprocess.Popen(_trainer_cmd(cfg, run_id), env=child_env, stdout=log,
+                                   stderr=subprocess.STDOUT)
+        rc = _watch(cfg, trainer, store, run_id, console)
+    _stop(agent)
+    if rc != 0:
+        err.print(f"[red]the training job exited with code {rc}[/]; its log: {log_path}")
+        _mark_failed(store, run_id)
+    try:
+        analysis = analyze(store, run_id)
+        run_row = resolve_attempt(store, run_id, analysis.attempt)[0]
+    except StoreError as e:
+        err.print(f"[red]error:[/] {e}")
+        return 1
+    if cfg.format == "text":
+        console.rule("root-cause report")
+    from ranksight.cli import emit
+
+    emit(analysis, run_row, cfg.format)
+    if cfg.format == "text":
+        console.print(f"\nre-print: ranksight report --run {run_id}"
+                      + (f" --store {store_url}" if cfg.store else ""))
+    return 1 if rc != 0 else rep.exit_code(analysis)
+
+
+def _watch(cfg: DemoConfig, trainer: subprocess.Popen, store, run_id: str, console: Console) -> int:
+    deadline = time.monotonic() + cfg.timeout_s
+    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
+               TextColumn("step {task.completed:.0f}/{task.total:.0f}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("starting 8 ranks (import torch, rendezvous)", total=cfg.steps)
+        while trainer.poll() is None:
+            if time.monotonic() > deadline:
+                _stop(trainer, signal.SIGTERM)
+                return 124
+            step = _progress_step(store, run_id)
+            if step:
+                progress.update(task, completed=step, description="training (steps stored)")
+            time.sleep(1.0)
+        progress.update(task, completed=_progress_step(store, run_id), description="training done")
+    return trainer.returncode
+
+
+def _mark_failed(store, run_id: str) -> None:
+    import json
+
+    import pandas as pd
+
+    now = time.time_ns()
+    row = {"run_id": run_id, "attempt": 0, "created_ns": now, "updated_ns": now, "status": "failed",
+           "world_size": 0, "dp": 0, "tp": 0, "pp": 0, "meta_json": json.dumps({})}
+    try:
+        store.insert("runs", pd.DataFrame([row]))
+    except Exception:
+        pass

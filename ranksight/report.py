@@ -1,0 +1,102 @@
+"""Render an analysis for people (rich text, Markdown) and machines (JSON)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from ranksight.analyzer import Analysis, Finding
+
+EXIT_CLEAN = 0
+"""``ranksight report`` / ``demo`` exit code when no culprit was found."""
+EXIT_CULPRIT = 3
+"""Exit code when at least one culprit was found (1 is an error, 2 a usage error)."""
+
+FORMATS = ("text", "json", "markdown")
+
+
+def exit_code(analysis: Analysis) -> int:
+    """:data:`EXIT_CULPRIT` if the analysis names anyone, else :data:`EXIT_CLEAN`."""
+    return EXIT_CULPRIT if analysis.findings else EXIT_CLEAN
+
+
+def to_json(analysis: Analysis, run: dict | None = None) -> str:
+    """The analysis as one JSON document (findings with their evidence)."""
+    doc = {
+        "run_id": analysis.run_id,
+        "attempt": analysis.attempt,
+        "status": (run or {}).get("status", ""),
+        "steps_analyzed": analysis.steps_analyzed,
+        "median_step_ms": round(analysis.median_step_ms, 1),
+        "culprit_found": bool(analysis.findings),
+        "findings": [asdict(f) for f in analysis.findings],
+        "notes": analysis.notes,
+    }
+    return json.dumps(doc, indent=2, default=str)
+
+
+def _phase_rows(f: Finding) -> list[tuple[str, str, str, str]]:
+    return [
+        (name, f"{p['rank_ms']:.1f}", f"{p['peers_ms']:.1f}", f"{p['ratio']:.2f}x")
+        for name, p in f.evidence.get("phases", {}).items()
+    ]
+
+
+def print_text(analysis: Analysis, console: Console, run: dict | None = None) -> None:
+    """Print the report with rich: a headline, then per finding its evidence tables."""
+    head = (
+        f"run [bold]{analysis.run_id}[/] attempt {analysis.attempt}"
+        f" · status {(run or {}).get('status', '?')} · {analysis.steps_analyzed} steps analyzed"
+        f" · median step {analysis.median_step_ms:.0f} ms"
+    )
+    console.print(head)
+    for note in analysis.notes:
+        console.print(f"[dim]note: {note}[/]")
+    if not analysis.findings:
+        console.print(Panel("[green]No culprit found[/]: every rank is within the threshold of its "
+                            "same-stage peers.", title="ranksight report"))
+        return
+    for i, f in enumerate(analysis.findings, 1):
+        title = (f"#{i} {f.kind}: rank {f.culprit_rank} — cause: {f.cause} "
+                 f"(confidence {f.confidence:.2f}, impact {f.impact_pct:.0f}%)")
+        console.print(Panel(f.summary, title=title, border_style="red"))
+        phases = Table(title="self time per call vs same-stage peers", show_lines=False)
+        for col in ("phase", f"rank {f.culprit_rank} ms", "peers ms (median)", "ratio"):
+            phases.add_column(col)
+        for row in _phase_rows(f):
+            phases.add_row(*row)
+        console.print(phases)
+        w = f.evidence.get("waited_for_it", {})
+        waits = Table(title=f"time others waited for rank {f.culprit_rank} (from step "
+                      f"{f.evidence.get('onset_step')})")
+        waits.add_column("by")
+        waits.add_column("ms", justify="right")
+        for axis, ms in w.get("by_axis_ms", {}).items():
+            waits.add_row(f"{axis} group", f"{ms:.0f}")
+        for op, ms in w.get("by_op_ms", {}).items():
+            waits.add_row(f"in {op}", f"{ms:.0f}")
+        console.print(waits)
+        victims = ", ".join(f"rank {v['rank']} ({v['waited_ms']:.0f} ms)" for v in w.get("victims", []))
+        console.print(f"victims (waited directly): {victims or 'none'}")
+        console.print(f"last arriver in {100 * w.get('last_share', 0):.0f}% of its collectives; "
+                      f"step {f.evidence.get('step_ms_now')} ms now, about "
+                      f"{f.evidence.get('step_ms_without')} ms without it.")
+
+
+def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
+    """The report as Markdown (a headline and one section per finding)."""
+    lines = [f"# ranksight report: {analysis.run_id} (attempt {analysis.attempt})", "",
+             f"{analysis.steps_analyzed} steps analyzed; median step "
+             f"{analysis.median_step_ms:.0f} ms; status {(run or {}).get('status', '?')}.", ""]
+    if not analysis.findings:
+        lines.append("**No culprit found.**")
+    for i, f in enumerate(analysis.findings, 1):
+        lines += [f"## {i}. {f.kind}: rank {f.culprit_rank}, cause {f.cause}", "", f.summary, "",
+                  "| phase | rank ms | peers ms | ratio |", "|---|---|---|---|"]
+        lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _phase_rows(f)]
+        lines.append("")
+    return "\n".join(lines) + "\n"
