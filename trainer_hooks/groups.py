@@ -47,6 +47,8 @@ class GroupRegistry:
     def _rebuild(self) -> None:
         seen: dict[tuple[int, ...], int] = {}
         for pg, rank_map in c10d._world.pg_group_ranks.items():  # insertion = creation order
+            if not hasattr(pg, "group_name"):  # non-member placeholders
+                continue
             ranks = tuple(sorted(rank_map))
             ordinal = seen.get(ranks, 0)
             seen[ranks] = ordinal + 1
