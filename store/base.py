@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 
 import pandas as pd
+from ranksight.store.schema import SCHEMA_VERSION
 
 
 class StoreError(RuntimeError):
@@ -19,6 +20,32 @@ class Store(abc.ABC):
     syntax that ClickHouse 18.16 and current ClickHouse both accept (see
     ``store/schema.py``), and takes values only as ``%(name)s`` parameters, which are
     bound by escaping (clickhouse-driver's rules), never by string formatting.
+
+    Found by running the same queries on 18.16 and chdb 26 (``tests/test_store.py``):
+
+    - alias every sub-query that is joined (26 rejects ``JOIN (SELECT ..) USING``);
+    - join keys must have the same type on 18.16 (``UInt32`` vs ``Int32`` is an error;
+      26 converts): cast one side, e.g. ``toUInt32(peer) AS src``;
+    - an alias is visible in the whole query, so ``max(end_ns) AS end_ns`` next to
+      ``min(end_ns)`` is "aggregate inside aggregate" on both: name aggregates apart
+      from the columns they read;
+    - ``JOIN ... ON`` takes only ``a = b [AND c = d]`` on 18.16 (no ``<``, no OR);
+      ``ALL INNER JOIN`` / ``ANY LEFT JOIN`` work on both; unmatched LEFT JOIN columns are
+      0 / "" on both (not NULL);
+    - ``IN %(p)s`` needs a tuple parameter: a list binds as an array ``[..]``, which
+      18.16 rejects after IN (26 accepts); ``IN ()`` is a syntax error on 18.16;
+    - no window functions, no ``WITH name AS (SELECT ...)``; ``WITH 2 AS k`` is fine;
+    - never use the server-only ``time`` column (chdb's files do not have it);
+    - ``WITH TOTALS``: the server appends the totals row, chdb drops it; avoid;
+    - ``groupArray`` order follows storage order, which differs between backends:
+      wrap in ``arraySort``; ``topK`` and ``quantileTDigest`` differ between versions;
+      ``quantile``, ``quantiles``, ``quantileExact``, ``median``, ``argMax``,
+      ``uniqExact``, ``countIf`` agree (``quantile`` samples above 8192 rows, so large
+      inputs may differ slightly: use ``quantileExact`` where equality matters);
+    - alias computed columns (unaliased: ``minus(end_ns, start_ns)``);
+    - result dtypes follow the ClickHouse types on both (``count()`` -> uint64,
+      ``rank`` -> uint32, ``UInt32 - 1`` -> int64, String -> str); a string's trailing
+      NUL bytes are dropped by the server backend (clickhouse-driver's numpy mode).
     """
 
     url: str
@@ -39,6 +66,23 @@ class Store(abc.ABC):
     def query(self, sql: str, params: dict | None = None) -> pd.DataFrame:
         """Run a SELECT and return its result as a DataFrame (one column per selected
         expression, named by its alias). Raises StoreError on failure."""
+
+    def schema_version(self) -> int:
+        """The highest schema version recorded in the store's ``schema_version`` table
+        (0 if none). Raises StoreError if the store cannot be read."""
+        frame = self.query("SELECT max(version) AS version FROM schema_version")
+        return int(frame["version"].iloc[0]) if len(frame) else 0
+
+    def check_schema_version(self) -> int:
+        """The store's schema version (0: none yet); raises StoreError naming both versions
+        if it is newer than this code's ``schema.SCHEMA_VERSION``."""
+        found = self.schema_version()
+        if found > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.url}: store has schema version {found}, newer than this ranksight's "
+                f"{SCHEMA_VERSION}; upgrade ranksight to use it"
+            )
+        return found
 
     def close(self) -> None:  # noqa: B027 - optional for backends without resources
         """Release connections. Safe to call twice."""

@@ -1,0 +1,123 @@
+"""Open a store from its URL.
+
+=====================================================  ==========================================
+URL                                                    store
+=====================================================  ==========================================
+``None`` or ``""``                                     ``$RANKSIGHT_STORE`` if set, else chdb at
+                                                       ``$RANKSIGHT_HOME/store`` (home default
+                                                       ``./.ranksight``)
+``/a/folder``, ``rel/folder``                          chdb, that folder
+``chdb:///abs/folder``, ``chdb:rel``, ``file:...``     chdb, that folder
+``clickhouse://[user[:password]@]host[:port]/db``      ClickHouse server, native protocol (port
+                                                       9000)
+``clickhouses://...``                                  the same over TLS (port 9440)
+=====================================================  ==========================================
+
+User and password not in the URL come from ``$RANKSIGHT_CH_USER`` and
+``$RANKSIGHT_CH_PASSWORD`` (default ``default`` and empty). Percent-escapes in them are
+decoded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from ranksight.store.base import Store, StoreError
+
+from ranksight import env
+
+CH_USER = "RANKSIGHT_CH_USER"
+"""ClickHouse user when the store URL names none (default ``default``)."""
+CH_PASSWORD = "RANKSIGHT_CH_PASSWORD"
+"""ClickHouse password when the store URL gives none (default empty)."""
+
+_SERVER_SCHEMES = {"clickhouse": 9000, "clickhouses": 9440}
+_FOLDER_SCHEMES = ("chdb", "file")
+_DATABASE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def open_store(url: str | None = None, connect: bool = True) -> Store:
+    """The store ``url`` names (see the module doc for the forms).
+
+    With ``connect`` (default) a server store is contacted at once, so an unreachable
+    server raises StoreError "cannot reach ClickHouse at host:port (...)" within about
+    3 s; without it the first call does. A chdb folder is not touched until used.
+    Raises StoreError naming the URL (password hidden) and what is wrong with it.
+    """
+    url = url or default_store_url()
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme in _SERVER_SCHEMES:
+        return _server_store(url, scheme, connect)
+    if scheme in _FOLDER_SCHEMES:
+        return _folder_store(url, _folder_of(url, scheme))
+    if "://" in url:
+        known = ", ".join([*_SERVER_SCHEMES, *_FOLDER_SCHEMES])
+        raise StoreError(f"{redact(url)}: unknown store scheme {scheme!r} (known: {known})")
+    return _folder_store(url, url)
+
+
+def default_store_url() -> str:
+    """``$RANKSIGHT_STORE`` if set, else the folder ``$RANKSIGHT_HOME/store`` (home
+    default ``./.ranksight``)."""
+    home = os.environ.get(env.HOME) or env.DEFAULT_HOME
+    return os.environ.get(env.STORE) or str(Path(home) / "store")
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***``."""
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def _folder_of(url: str, scheme: str) -> str:
+    """The folder in a ``chdb:``/``file:`` URL."""
+    rest = url[len(scheme) + 1 :]
+    if rest.startswith("//"):
+        rest = rest[2:]
+        if rest.startswith("localhost/"):
+            rest = rest[len("localhost") :]
+    if not rest:
+        raise StoreError(f"{url}: no folder given (e.g. chdb:///abs/folder)")
+    return unquote(rest)
+
+
+def _folder_store(url: str, folder: str) -> Store:
+    """A ChdbStore at ``folder``."""
+    from ranksight.store.chdb_store import ChdbStore
+
+    return ChdbStore(Path(folder).expanduser(), url=url)
+
+
+def _server_store(url: str, scheme: str, connect: bool) -> Store:
+    """A ClickHouseStore for a ``clickhouse(s)://`` URL, pinged if ``connect``."""
+    from ranksight.store.clickhouse_store import ClickHouseStore
+
+    shown = redact(url)
+    parts = urlsplit(url)
+    try:
+        port = parts.port or _SERVER_SCHEMES[scheme]
+    except ValueError:
+        raise StoreError(f"{shown}: bad port (want a number 1-65535)") from None
+    if not parts.hostname:
+        raise StoreError(f"{shown}: no host (want {scheme}://host[:port]/database)")
+    database = parts.path.strip("/")
+    if not database:
+        raise StoreError(f"{shown}: no database (want {scheme}://host[:port]/database)")
+    if not _DATABASE.match(database):
+        raise StoreError(f"{shown}: database {database!r} is not a plain name (letters, digits, _)")
+    if parts.query or parts.fragment:
+        raise StoreError(f"{shown}: options after '?' or '#' are not supported")
+    store = ClickHouseStore(
+        parts.hostname,
+        port,
+        database,
+        user=unquote(parts.username or "") or os.environ.get(CH_USER) or "default",
+        password=unquote(parts.password or "") or os.environ.get(CH_PASSWORD, ""),
+        secure=scheme == "clickhouses",
+        url=shown,
+    )
+    if connect:
+        store.ping()
+    return store

@@ -1,0 +1,61 @@
+"""Shared fixtures: a private ClickHouse server for the session, and store URLs.
+
+The server is Debian's ``clickhouse-server`` (18.16), started by
+``ranksight.store.server`` on free loopback ports in a temp folder. If it is not
+installed, tests that need it fail (CI installs it; a silent skip would hide a broken
+store).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from ranksight.store import StoreError, open_store
+from ranksight.store.server import LocalServer, find_server_binary, start_local_server
+
+
+@pytest.fixture(scope="session")
+def clickhouse_server(tmp_path_factory: pytest.TempPathFactory) -> LocalServer:
+    """A clickhouse-server on 127.0.0.1 (free ports) for the whole session."""
+    try:
+        find_server_binary()
+        server = start_local_server(tmp_path_factory.mktemp("clickhouse"))
+    except StoreError as exc:
+        pytest.fail(f"ClickHouse server tests need clickhouse-server: {exc}", pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def clickhouse_url(clickhouse_server: LocalServer) -> str:
+    """``clickhouse://127.0.0.1:<port>/ranksight`` on the session's server."""
+    return clickhouse_server.url
+
+
+@pytest.fixture
+def clickhouse_db_url(clickhouse_server: LocalServer) -> str:
+    """A URL naming a fresh, not yet created database on the session's server."""
+    return f"clickhouse://127.0.0.1:{clickhouse_server.tcp_port}/t_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def chdb_url(tmp_path) -> str:
+    """A ``chdb://`` URL of an empty temp folder."""
+    return f"chdb://{tmp_path / 'store'}"
+
+
+@pytest.fixture(params=["chdb", pytest.param("clickhouse", marks=pytest.mark.clickhouse)])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """Each backend in turn: a fresh chdb folder, then a fresh server database."""
+    if request.param == "chdb":
+        return request.getfixturevalue("chdb_url")
+    return request.getfixturevalue("clickhouse_db_url")
+
+
+@pytest.fixture
+def store(store_url: str):
+    """An initialized store of each backend in turn, closed after the test."""
+    with open_store(store_url) as opened:
+        opened.init_schema()
+        yield opened
