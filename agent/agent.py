@@ -39,7 +39,7 @@ class Agent:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.store = store
-        self.tailer = SpoolTailer(spool_dir)
+        self.tailer = SpoolTailer(spool_dir, key=store.url)
         self.interval_s = interval_s
         self.stats = AgentStats()
 

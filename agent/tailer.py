@@ -2,13 +2,16 @@
 
 Each spool file is JSON lines: a header line (run_id, attempt, rank), then one record a
 line. The tailer reads complete lines only, past the last committed offset, and commits
-new offsets to ``<spool_dir>/.agent-offsets.json`` (atomic rename) only after the store
-has taken the batch, so an agent killed mid-batch re-reads it on restart.
+new offsets to ``<spool_dir>/.agent-offsets-<key>.json`` (atomic rename) only after the
+store has taken the batch, so an agent killed mid-batch re-reads it on restart. ``key``
+names the destination (a hash of the store URL): an agent shipping the same spool to
+another store starts from the beginning.
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -17,7 +20,11 @@ from ranksight.trainer_hooks.spool import HEADER_TABLE
 
 from .records import Batch
 
-OFFSETS_FILE = ".agent-offsets.json"
+
+
+def offsets_file(key: str) -> str:
+    """Name of the offsets file for destination ``key`` (e.g. a store URL)."""
+    return f".agent-offsets-{hashlib.sha1(key.encode()).hexdigest()[:10]}.json"
 
 
 @dataclass
@@ -31,6 +38,8 @@ class SpoolTailer:
     """Tails every ``<spool_dir>/<run_id>/a<attempt>/*.jsonl`` file."""
 
     spool_dir: str
+    key: str = ""
+    """The destination these offsets are for (the store URL)."""
     max_bytes: int = 64 << 20
     """Most bytes read in one :meth:`read` call, across files."""
     _files: dict[str, _FileState] = field(default_factory=dict)
@@ -39,7 +48,7 @@ class SpoolTailer:
     def __post_init__(self) -> None:
         os.makedirs(self.spool_dir, mode=0o700, exist_ok=True)
         try:
-            with open(os.path.join(self.spool_dir, OFFSETS_FILE)) as f:
+            with open(os.path.join(self.spool_dir, offsets_file(self.key))) as f:
                 saved = json.load(f)
             for path, st in saved.items():
                 self._files[path] = _FileState(int(st["offset"]), st.get("base"))
@@ -98,7 +107,7 @@ class SpoolTailer:
         """Make the offsets of the last :meth:`read` durable."""
         self._files.update(self._pending)
         self._pending = {}
-        path = os.path.join(self.spool_dir, OFFSETS_FILE)
+        path = os.path.join(self.spool_dir, offsets_file(self.key))
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
             json.dump({p: {"offset": s.offset, "base": s.base} for p, s in self._files.items()}, f)

@@ -16,14 +16,30 @@ from ranksight.store import Store, StoreError
 
 _RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
 
+# Aggregates never reuse the name of a column they read (an alias is visible to the whole
+# query on both dialects); frames are renamed to the column names after the query.
+_RENAMES = {
+    "created": "created_ns", "updated": "updated_ns", "last_status": "status",
+    "world": "world_size", "dp_size": "dp", "tp_size": "tp", "pp_size": "pp",
+    "meta": "meta_json", "step_start": "start_ns", "step_end": "end_ns", "step_loss": "loss",
+    "step_tokens": "tokens", "dur_sum": "dur_ns", "wait_sum": "wait_ns", "self_sum": "self_ns",
+    "stage_index": "stage",
+}
+
+
+def _query(store: Store, sql: str, params: dict | None = None) -> pd.DataFrame:
+    frame = store.query(sql, params)
+    return frame.rename(columns={k: v for k, v in _RENAMES.items() if k in frame.columns})
+
 RUNS = """
 SELECT run_id, attempt,
-       min(created_ns) AS created_ns, max(updated_ns) AS updated_ns,
-       argMax(status, updated_ns) AS status, max(world_size) AS world_size,
-       max(dp) AS dp, max(tp) AS tp, max(pp) AS pp, argMax(meta_json, length(meta_json)) AS meta_json
+       min(created_ns) AS created, max(updated_ns) AS updated,
+       argMax(status, updated_ns) AS last_status, max(world_size) AS world,
+       max(dp) AS dp_size, max(tp) AS tp_size, max(pp) AS pp_size,
+       argMax(meta_json, length(meta_json)) AS meta
 FROM runs
 GROUP BY run_id, attempt
-ORDER BY created_ns DESC
+ORDER BY created DESC
 """
 
 RUN_STEP_COUNTS = """
@@ -42,16 +58,16 @@ GROUP BY rank ORDER BY rank
 """
 
 STEPS = f"""
-SELECT rank, step, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
-       any(loss) AS loss, any(tokens) AS tokens
+SELECT rank, step, min(start_ns) AS step_start, max(end_ns) AS step_end,
+       any(loss) AS step_loss, any(tokens) AS step_tokens
 FROM steps WHERE {_RUN}
 GROUP BY rank, step ORDER BY step, rank
 """
 
 PHASES = f"""
-SELECT rank, step, phase, count() AS n, sum(end_ns - start_ns) AS dur_ns,
-       sum(wait_ns) AS wait_ns, sum(end_ns - start_ns - wait_ns) AS self_ns,
-       max(stage) AS stage
+SELECT rank, step, phase, count() AS n, sum(end_ns - start_ns) AS dur_sum,
+       sum(wait_ns) AS wait_sum, sum(end_ns - start_ns - wait_ns) AS self_sum,
+       max(stage) AS stage_index
 FROM phases WHERE {_RUN}
 GROUP BY rank, step, phase ORDER BY step, rank, phase
 """
@@ -67,7 +83,7 @@ FROM
 (
     SELECT rank, group_id, group_seq, step, op, enqueue_ns, end_ns
     FROM collectives WHERE {_RUN} AND peer = -1 AND end_ns > 0
-)
+) AS member
 ALL INNER JOIN
 (
     SELECT group_id, group_seq, max(enqueue_ns) AS max_enq,
@@ -76,7 +92,7 @@ ALL INNER JOIN
     FROM collectives WHERE {_RUN} AND peer = -1 AND end_ns > 0
     GROUP BY group_id, group_seq
     HAVING n_seen = n_members
-) USING (group_id, group_seq)
+) AS instance USING (group_id, group_seq)
 GROUP BY rank, last_rank, group_id, step
 """
 
@@ -87,14 +103,15 @@ SELECT dst AS rank, src AS peer, step, count() AS n,
        sum(greatest(send_enq - enqueue_ns, 0)) AS waited_ns
 FROM
 (
-    SELECT group_id, rank AS dst, peer AS src, group_seq, step, enqueue_ns
+    SELECT group_id, toInt64(rank) AS dst, toInt64(peer) AS src, group_seq, step, enqueue_ns
     FROM collectives WHERE {_RUN} AND op = 'recv' AND peer >= 0
-)
+) AS recv_side
 ALL INNER JOIN
 (
-    SELECT group_id, rank AS src, peer AS dst, group_seq, enqueue_ns AS send_enq
+    SELECT group_id, toInt64(rank) AS src, toInt64(peer) AS dst, group_seq,
+           enqueue_ns AS send_enq
     FROM collectives WHERE {_RUN} AND op = 'send' AND peer >= 0
-) USING (group_id, src, dst, group_seq)
+) AS send_side USING (group_id, src, dst, group_seq)
 GROUP BY dst, src, step
 """
 
@@ -134,8 +151,8 @@ class UnknownRun(StoreError):
 
 def list_runs(store: Store) -> pd.DataFrame:
     """Runs in the store, newest first, with step counts where steps were recorded."""
-    runs = store.query(RUNS)
-    counts = store.query(RUN_STEP_COUNTS)
+    runs = _query(store, RUNS)
+    counts = _query(store, RUN_STEP_COUNTS)
     if runs.empty:
         return runs
     return runs.merge(counts, on=["run_id", "attempt"], how="left")
@@ -144,7 +161,7 @@ def list_runs(store: Store) -> pd.DataFrame:
 def resolve_attempt(store: Store, run_id: str, attempt: int | None) -> tuple[dict, int]:
     """The run's row and attempt (the latest when ``attempt`` is None).
     Raises UnknownRun naming the run id and the runs that do exist."""
-    runs = store.query(RUNS)
+    runs = _query(store, RUNS)
     mine = runs[runs["run_id"] == run_id]
     if attempt is not None:
         mine = mine[mine["attempt"] == attempt]
@@ -164,15 +181,15 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
         run_id=run_id,
         attempt=attempt,
         run=run,
-        ranks=store.query(RANKS, p),
-        steps=store.query(STEPS, p),
-        phases=store.query(PHASES, p),
-        arrivals=store.query(ARRIVALS, p),
-        p2p=store.query(P2P_WAITS, p),
-        groups=store.query(GROUPS, p),
+        ranks=_query(store, RANKS, p),
+        steps=_query(store, STEPS, p),
+        phases=_query(store, PHASES, p),
+        arrivals=_query(store, ARRIVALS, p),
+        p2p=_query(store, P2P_WAITS, p),
+        groups=_query(store, GROUPS, p),
     )
 
 
 def load_findings(store: Store, run_id: str, attempt: int) -> pd.DataFrame:
     """The latest analysis' findings for a run attempt (empty if never analyzed)."""
-    return store.query(FINDINGS, {"run_id": run_id, "attempt": attempt})
+    return _query(store, FINDINGS, {"run_id": run_id, "attempt": attempt})

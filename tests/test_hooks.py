@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from tests.spool import read_spool
 
-HERE = os.path.dirname(__file__)
-
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory):
-    spool = str(tmp_path_factory.mktemp("spool"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
-           os.path.join(HERE, "workers", "hooked_job.py"), spool, "hooks-test"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return read_spool(spool)
+def job(hooked_job_spool):
+    return read_spool(hooked_job_spool)
 
 
 def test_every_rank_records_identity_steps_and_phases(job):
