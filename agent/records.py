@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
 from ranksight.store import schema
 
 _NUMPY = {

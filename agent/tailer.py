@@ -21,7 +21,6 @@ from ranksight.trainer_hooks.spool import HEADER_TABLE
 from .records import Batch
 
 
-
 def offsets_file(key: str) -> str:
     """Name of the offsets file for destination ``key`` (e.g. a store URL)."""
     return f".agent-offsets-{hashlib.sha1(key.encode()).hexdigest()[:10]}.json"

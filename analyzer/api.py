@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import pandas as pd
-
 from ranksight.store import Store
 
 from .diagnose import Analysis, diagnose
@@ -20,7 +19,9 @@ def save_findings(store: Store, analysis: Analysis, analyzed_ns: int | None = No
     if not analysis.findings:
         return 0
     t = analyzed_ns or time.time_ns()
-    rows = [f.to_row(analysis.run_id, analysis.attempt, t, i) for i, f in enumerate(analysis.findings)]
+    rows = [
+        f.to_row(analysis.run_id, analysis.attempt, t, i) for i, f in enumerate(analysis.findings)
+    ]
     return store.insert("findings", pd.DataFrame(rows))
 
 

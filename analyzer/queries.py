@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pandas as pd
-
 from ranksight.store import Store, StoreError
 
 _RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
@@ -19,10 +18,21 @@ _RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
 # Aggregates never reuse the name of a column they read (an alias is visible to the whole
 # query on both dialects); frames are renamed to the column names after the query.
 _RENAMES = {
-    "created": "created_ns", "updated": "updated_ns", "last_status": "status",
-    "world": "world_size", "dp_size": "dp", "tp_size": "tp", "pp_size": "pp",
-    "meta": "meta_json", "step_start": "start_ns", "step_end": "end_ns", "step_loss": "loss",
-    "step_tokens": "tokens", "dur_sum": "dur_ns", "wait_sum": "wait_ns", "self_sum": "self_ns",
+    "created": "created_ns",
+    "updated": "updated_ns",
+    "last_status": "status",
+    "world": "world_size",
+    "dp_size": "dp",
+    "tp_size": "tp",
+    "pp_size": "pp",
+    "meta": "meta_json",
+    "step_start": "start_ns",
+    "step_end": "end_ns",
+    "step_loss": "loss",
+    "step_tokens": "tokens",
+    "dur_sum": "dur_ns",
+    "wait_sum": "wait_ns",
+    "self_sum": "self_ns",
     "stage_index": "stage",
 }
 
@@ -30,6 +40,7 @@ _RENAMES = {
 def _query(store: Store, sql: str, params: dict | None = None) -> pd.DataFrame:
     frame = store.query(sql, params)
     return frame.rename(columns={k: v for k, v in _RENAMES.items() if k in frame.columns})
+
 
 RUNS = """
 SELECT run_id, attempt,

@@ -20,7 +20,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split
 console = Console()
 err = Console(stderr=True)
 
-StoreOpt = typer.Option(None, "--store", help="store URL: a folder (chdb) or clickhouse://host:port/db; default $RANKSIGHT_STORE or ./.ranksight/store")
+StoreOpt = typer.Option(
+    None,
+    "--store",
+    help="store URL: a folder (chdb) or clickhouse://host:port/db; default $RANKSIGHT_STORE or ./.ranksight/store",
+)
 
 
 def _fail(message: str, code: int = 1) -> None:
@@ -44,7 +48,9 @@ def _open(url: str | None):
 
 @app.command()
 def demo(
-    inject: str = typer.Option("slow:rank=5,factor=3,from_step=4", help="fault to inject ('none' for a clean run)"),
+    inject: str = typer.Option(
+        "slow:rank=5,factor=3,from_step=4", help="fault to inject ('none' for a clean run)"
+    ),
     steps: int = typer.Option(24, min=4, help="training steps"),
     store: str = StoreOpt,
     dp: int = typer.Option(2, min=1),
@@ -56,7 +62,9 @@ def demo(
     from ranksight.demo import DemoConfig, run_demo
 
     try:
-        cfg = DemoConfig(inject=inject, steps=steps, store=store, dp=dp, tp=tp, pp=pp, format=format)
+        cfg = DemoConfig(
+            inject=inject, steps=steps, store=store, dp=dp, tp=tp, pp=pp, format=format
+        )
     except ValueError as e:
         _fail(str(e), 2)
     raise typer.Exit(run_demo(cfg, console, err))
@@ -119,14 +127,22 @@ def runs(store: str = StoreOpt) -> None:
         table.add_column(col)
     for r in frame.to_dict("records"):
         steps = r.get("steps")
-        table.add_row(r["run_id"], str(r["attempt"]), r["status"], str(r["world_size"]),
-                      f"{r['dp']} x {r['tp']} x {r['pp']}", "" if steps != steps else str(int(steps)))
+        table.add_row(
+            r["run_id"],
+            str(r["attempt"]),
+            r["status"],
+            str(r["world_size"]),
+            f"{r['dp']} x {r['tp']} x {r['pp']}",
+            "" if steps != steps else str(int(steps)),
+        )
     console.print(table)
 
 
 @app.command()
 def agent(
-    spool: str = typer.Option(None, help="spool folder the ranks write to (default $RANKSIGHT_SPOOL_DIR)"),
+    spool: str = typer.Option(
+        None, help="spool folder the ranks write to (default $RANKSIGHT_SPOOL_DIR)"
+    ),
     store: str = StoreOpt,
     interval: float = typer.Option(1.0, min=0.05, help="seconds between batches"),
     once: bool = typer.Option(False, help="ship what is there and exit"),
@@ -145,8 +161,12 @@ def agent(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     a.run(stop)
-    logging.info("stopped: shipped=%d rejected=%d store_errors=%d", a.stats.shipped,
-                 a.stats.rejected, a.stats.store_errors)
+    logging.info(
+        "stopped: shipped=%d rejected=%d store_errors=%d",
+        a.stats.shipped,
+        a.stats.rejected,
+        a.stats.store_errors,
+    )
 
 
 def main() -> None:

@@ -47,14 +47,18 @@ class DemoConfig:
         from ranksight.reference_trainer.faults import parse_faults
 
         if self.format not in rep.FORMATS:
-            raise ValueError(f"--format must be one of {', '.join(rep.FORMATS)}, got {self.format!r}")
+            raise ValueError(
+                f"--format must be one of {', '.join(rep.FORMATS)}, got {self.format!r}"
+            )
         if self.steps < 4:
             raise ValueError(f"--steps must be >= 4, got {self.steps}")
         self.faults = parse_faults([self.inject])  # raises ValueError naming the spec
         world = self.dp * self.tp * self.pp
         for f in self.faults:
             if f.rank is not None and f.rank >= world:
-                raise ValueError(f"--inject {self.inject!r}: rank {f.rank} is outside world size {world}")
+                raise ValueError(
+                    f"--inject {self.inject!r}: rank {f.rank} is outside world size {world}"
+                )
 
     @property
     def world_size(self) -> int:
@@ -70,30 +74,52 @@ def _describe(cfg: DemoConfig, console: Console, run_id: str, store_url: str, sp
     from ranksight.reference_trainer.layout import coords_of
 
     shape = {"dp": cfg.dp, "tp": cfg.tp, "pp": cfg.pp}
-    console.print(f"[bold]ranksight demo[/] run [bold]{run_id}[/]: {cfg.world_size} CPU ranks "
-                  f"(DP{cfg.dp} x TP{cfg.tp} x PP{cfg.pp}, gloo), {cfg.steps} steps of a GPT on "
-                  "Python's own docs")
+    console.print(
+        f"[bold]ranksight demo[/] run [bold]{run_id}[/]: {cfg.world_size} CPU ranks "
+        f"(DP{cfg.dp} x TP{cfg.tp} x PP{cfg.pp}, gloo), {cfg.steps} steps of a GPT on "
+        "Python's own docs"
+    )
     if not cfg.faults:
         console.print("injecting: nothing (a clean run: the report should name no culprit)")
     for f in cfg.faults:
         c = coords_of(f.rank, shape) if f.rank is not None else {}
-        console.print(f"injecting: [bold red]{f.text}[/] -> rank {f.rank} "
-                      f"(dp={c.get('dp')}, tp={c.get('tp')}, pp={c.get('pp')})")
+        console.print(
+            f"injecting: [bold red]{f.text}[/] -> rank {f.rank} "
+            f"(dp={c.get('dp')}, tp={c.get('tp')}, pp={c.get('pp')})"
+        )
     console.print(f"records: ranks -> spool {spool} -> agent -> store {store_url}")
 
 
 def _trainer_cmd(cfg: DemoConfig, run_id: str) -> list[str]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={cfg.world_size}", "-m", "ranksight.reference_trainer.train",
-           "--dp", str(cfg.dp), "--tp", str(cfg.tp), "--pp", str(cfg.pp),
-           "--steps", str(cfg.steps), "--run-id", run_id, "--hooks", "default"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={cfg.world_size}",
+        "-m",
+        "ranksight.reference_trainer.train",
+        "--dp",
+        str(cfg.dp),
+        "--tp",
+        str(cfg.tp),
+        "--pp",
+        str(cfg.pp),
+        "--steps",
+        str(cfg.steps),
+        "--run-id",
+        run_id,
+        "--hooks",
+        "default",
+    ]
     return cmd + ["--inject", cfg.inject]
 
 
 def _progress_step(store, run_id: str) -> int:
     try:
-        got = store.query("SELECT max(step) AS s, count() AS n FROM steps WHERE run_id = %(r)s",
-                          {"r": run_id})
+        got = store.query(
+            "SELECT max(step) AS s, count() AS n FROM steps WHERE run_id = %(r)s", {"r": run_id}
+        )
         return int(got["s"].iloc[0]) if int(got["n"].iloc[0]) else 0
     except Exception:  # progress is cosmetic; the store may be mid-write
         return 0
@@ -130,15 +156,35 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
     _describe(cfg, console, run_id, store_url, spool)
     log_path = os.path.join(home, f"{run_id}.log")
     os.makedirs(home, exist_ok=True)
-    child_env = {**os.environ, env.RUN_ID: run_id, env.SPOOL_DIR: spool, env.LEVEL: "default",
-                 env.STORE: store_url, "OMP_NUM_THREADS": "1"}
+    child_env = {
+        **os.environ,
+        env.RUN_ID: run_id,
+        env.SPOOL_DIR: spool,
+        env.LEVEL: "default",
+        env.STORE: store_url,
+        "OMP_NUM_THREADS": "1",
+    }
     agent = subprocess.Popen(
-        [sys.executable, "-m", "ranksight.cli", "agent", "--spool", spool, "--store", store_url,
-         "--interval", "0.5"], env=child_env, stdout=subprocess.DEVNULL,
-        stderr=open(os.path.join(home, "agent.log"), "a"))  # noqa: SIM115
+        [
+            sys.executable,
+            "-m",
+            "ranksight.cli",
+            "agent",
+            "--spool",
+            spool,
+            "--store",
+            store_url,
+            "--interval",
+            "0.5",
+        ],
+        env=child_env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(os.path.join(home, "agent.log"), "a"),
+    )  # noqa: SIM115
     with open(log_path, "w") as log:
-        trainer = subprocess.Popen(_trainer_cmd(cfg, run_id), env=child_env, stdout=log,
-                                   stderr=subprocess.STDOUT)
+        trainer = subprocess.Popen(
+            _trainer_cmd(cfg, run_id), env=child_env, stdout=log, stderr=subprocess.STDOUT
+        )
         rc = _watch(cfg, trainer, store, run_id, console)
     _stop(agent)
     if rc != 0:
@@ -156,15 +202,21 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
 
     emit(analysis, run_row, cfg.format)
     if cfg.format == "text":
-        console.print(f"\nre-print: ranksight report --run {run_id}"
-                      + (f" --store {store_url}" if cfg.store else ""))
+        console.print(
+            f"\nre-print: ranksight report --run {run_id}"
+            + (f" --store {store_url}" if cfg.store else "")
+        )
     return 1 if rc != 0 else rep.exit_code(analysis)
 
 
 def _watch(cfg: DemoConfig, trainer: subprocess.Popen, store, run_id: str, console: Console) -> int:
     deadline = time.monotonic() + cfg.timeout_s
-    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
-               TextColumn("step {task.completed:.0f}/{task.total:.0f}"), TimeElapsedColumn())
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TextColumn("step {task.completed:.0f}/{task.total:.0f}"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("starting 8 ranks (import torch, rendezvous)", total=cfg.steps)
         while trainer.poll() is None:
@@ -185,8 +237,18 @@ def _mark_failed(store, run_id: str) -> None:
     import pandas as pd
 
     now = time.time_ns()
-    row = {"run_id": run_id, "attempt": 0, "created_ns": now, "updated_ns": now, "status": "failed",
-           "world_size": 0, "dp": 0, "tp": 0, "pp": 0, "meta_json": json.dumps({})}
+    row = {
+        "run_id": run_id,
+        "attempt": 0,
+        "created_ns": now,
+        "updated_ns": now,
+        "status": "failed",
+        "world_size": 0,
+        "dp": 0,
+        "tp": 0,
+        "pp": 0,
+        "meta_json": json.dumps({}),
+    }
     try:
         store.insert("runs", pd.DataFrame([row]))
     except Exception:

@@ -57,12 +57,19 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
     for note in analysis.notes:
         console.print(f"[dim]note: {note}[/]")
     if not analysis.findings:
-        console.print(Panel("[green]No culprit found[/]: every rank is within the threshold of its "
-                            "same-stage peers.", title="ranksight report"))
+        console.print(
+            Panel(
+                "[green]No culprit found[/]: every rank is within the threshold of its "
+                "same-stage peers.",
+                title="ranksight report",
+            )
+        )
         return
     for i, f in enumerate(analysis.findings, 1):
-        title = (f"#{i} {f.kind}: rank {f.culprit_rank} — cause: {f.cause} "
-                 f"(confidence {f.confidence:.2f}, impact {f.impact_pct:.0f}%)")
+        title = (
+            f"#{i} {f.kind}: rank {f.culprit_rank} — cause: {f.cause} "
+            f"(confidence {f.confidence:.2f}, impact {f.impact_pct:.0f}%)"
+        )
         console.print(Panel(f.summary, title=title, border_style="red"))
         phases = Table(title="self time per call vs same-stage peers", show_lines=False)
         for col in ("phase", f"rank {f.culprit_rank} ms", "peers ms (median)", "ratio"):
@@ -71,8 +78,10 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
             phases.add_row(*row)
         console.print(phases)
         w = f.evidence.get("waited_for_it", {})
-        waits = Table(title=f"time others waited for rank {f.culprit_rank} (from step "
-                      f"{f.evidence.get('onset_step')})")
+        waits = Table(
+            title=f"time others waited for rank {f.culprit_rank} (from step "
+            f"{f.evidence.get('onset_step')})"
+        )
         waits.add_column("by")
         waits.add_column("ms", justify="right")
         for axis, ms in w.get("by_axis_ms", {}).items():
@@ -80,23 +89,37 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
         for op, ms in w.get("by_op_ms", {}).items():
             waits.add_row(f"in {op}", f"{ms:.0f}")
         console.print(waits)
-        victims = ", ".join(f"rank {v['rank']} ({v['waited_ms']:.0f} ms)" for v in w.get("victims", []))
+        victims = ", ".join(
+            f"rank {v['rank']} ({v['waited_ms']:.0f} ms)" for v in w.get("victims", [])
+        )
         console.print(f"victims (waited directly): {victims or 'none'}")
-        console.print(f"last arriver in {100 * w.get('last_share', 0):.0f}% of its collectives; "
-                      f"step {f.evidence.get('step_ms_now')} ms now, about "
-                      f"{f.evidence.get('step_ms_without')} ms without it.")
+        console.print(
+            f"last arriver in {100 * w.get('last_share', 0):.0f}% of its collectives; "
+            f"step {f.evidence.get('step_ms_now')} ms now, about "
+            f"{f.evidence.get('step_ms_without')} ms without it."
+        )
 
 
 def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
     """The report as Markdown (a headline and one section per finding)."""
-    lines = [f"# ranksight report: {analysis.run_id} (attempt {analysis.attempt})", "",
-             f"{analysis.steps_analyzed} steps analyzed; median step "
-             f"{analysis.median_step_ms:.0f} ms; status {(run or {}).get('status', '?')}.", ""]
+    lines = [
+        f"# ranksight report: {analysis.run_id} (attempt {analysis.attempt})",
+        "",
+        f"{analysis.steps_analyzed} steps analyzed; median step "
+        f"{analysis.median_step_ms:.0f} ms; status {(run or {}).get('status', '?')}.",
+        "",
+    ]
     if not analysis.findings:
         lines.append("**No culprit found.**")
     for i, f in enumerate(analysis.findings, 1):
-        lines += [f"## {i}. {f.kind}: rank {f.culprit_rank}, cause {f.cause}", "", f.summary, "",
-                  "| phase | rank ms | peers ms | ratio |", "|---|---|---|---|"]
+        lines += [
+            f"## {i}. {f.kind}: rank {f.culprit_rank}, cause {f.cause}",
+            "",
+            f.summary,
+            "",
+            "| phase | rank ms | peers ms | ratio |",
+            "|---|---|---|---|",
+        ]
         lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _phase_rows(f)]
         lines.append("")
     return "\n".join(lines) + "\n"

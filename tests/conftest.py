@@ -69,9 +69,18 @@ def hooked_job_spool(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Spool folder of a real 4-rank gloo job run with the hooks (tests/workers/hooked_job.py)."""
     spool = str(tmp_path_factory.mktemp("spool"))
     worker = os.path.join(os.path.dirname(__file__), "workers", "hooked_job.py")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
-           worker, spool, "hooks-test"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=4",
+        worker,
+        spool,
+        "hooks-test",
+    ]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return spool

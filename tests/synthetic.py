@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
 from ranksight.analyzer.queries import RunData
 
 MS = 1_000_000
@@ -38,9 +37,19 @@ def make_run(
     rng = np.random.default_rng(seed)
     world = dp * tp * pp
     ranks = pd.DataFrame(
-        [{"rank": r, "host": f"node{r // 4}", "local_rank": r % 4, "pid": 100 + r,
-          "device": "cpu", "backend": "gloo", "world_size": world, **coords(r, dp, tp, pp)}
-         for r in range(world)]
+        [
+            {
+                "rank": r,
+                "host": f"node{r // 4}",
+                "local_rank": r % 4,
+                "pid": 100 + r,
+                "device": "cpu",
+                "backend": "gloo",
+                "world_size": world,
+                **coords(r, dp, tp, pp),
+            }
+            for r in range(world)
+        ]
     )
     phases, steps_rows, arrivals = [], [], []
     t = 0
@@ -54,21 +63,54 @@ def make_run(
         step_ns = max(comp.values()) + 20 * MS
         for r in range(world):
             for phase, share in (("forward", 0.4), ("backward", 0.6)):
-                phases.append({"rank": r, "step": s, "phase": phase, "n": 4,
-                               "dur_ns": comp[r] * share, "wait_ns": 0.0,
-                               "self_ns": comp[r] * share, "stage": coords(r, dp, tp, pp)["pp"]})
-            steps_rows.append({"rank": r, "step": s, "start_ns": t, "end_ns": t + step_ns,
-                               "loss": 1.0, "tokens": 1000})
+                phases.append(
+                    {
+                        "rank": r,
+                        "step": s,
+                        "phase": phase,
+                        "n": 4,
+                        "dur_ns": comp[r] * share,
+                        "wait_ns": 0.0,
+                        "self_ns": comp[r] * share,
+                        "stage": coords(r, dp, tp, pp)["pp"],
+                    }
+                )
+            steps_rows.append(
+                {
+                    "rank": r,
+                    "step": s,
+                    "start_ns": t,
+                    "end_ns": t + step_ns,
+                    "loss": 1.0,
+                    "tokens": 1000,
+                }
+            )
         for r in range(world):  # TP groups: consecutive ranks
             group = [g for g in range(world) if g // tp == r // tp]
             last = max(group, key=lambda g: comp[g])
-            arrivals.append({"rank": r, "last_rank": last, "group_id": f"tp{r // tp}", "step": s,
-                             "op": "all_reduce", "n": 1, "waited_ns": comp[last] - comp[r],
-                             "after_last_ns": MS})
+            arrivals.append(
+                {
+                    "rank": r,
+                    "last_rank": last,
+                    "group_id": f"tp{r // tp}",
+                    "step": s,
+                    "op": "all_reduce",
+                    "n": 1,
+                    "waited_ns": comp[last] - comp[r],
+                    "after_last_ns": MS,
+                }
+            )
         t += step_ns
     groups = pd.DataFrame(
-        [{"group_id": f"tp{i}", "group_ranks": ",".join(str(i * tp + j) for j in range(tp)),
-          "n": steps, "op": "all_reduce"} for i in range(world // tp)]
+        [
+            {
+                "group_id": f"tp{i}",
+                "group_ranks": ",".join(str(i * tp + j) for j in range(tp)),
+                "n": steps,
+                "op": "all_reduce",
+            }
+            for i in range(world // tp)
+        ]
     )
     return RunData(
         run_id="synthetic",

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
 from ranksight.analyzer import StragglerConfig, diagnose
 from ranksight.analyzer.findings import Finding
 from ranksight.analyzer.groups import group_axis
+
 from tests.synthetic import make_run
 
 
@@ -63,8 +63,14 @@ def test_finding_round_trips_through_a_table_row():
 def test_group_axis_from_coordinates():
     import pandas as pd
 
-    coords = pd.DataFrame({"dp": [0, 0, 0, 0, 1, 1, 1, 1], "pp": [0, 0, 1, 1, 0, 0, 1, 1],
-                           "tp": [0, 1, 0, 1, 0, 1, 0, 1]}, index=range(8))
+    coords = pd.DataFrame(
+        {
+            "dp": [0, 0, 0, 0, 1, 1, 1, 1],
+            "pp": [0, 0, 1, 1, 0, 0, 1, 1],
+            "tp": [0, 1, 0, 1, 0, 1, 0, 1],
+        },
+        index=range(8),
+    )
     assert group_axis([0, 1], coords) == "tp"
     assert group_axis([0, 4], coords) == "dp"
     assert group_axis([0, 2], coords) == "pp"
@@ -72,8 +78,10 @@ def test_group_axis_from_coordinates():
     assert group_axis([0, 3], coords) == "mixed"
 
 
-@pytest.mark.parametrize("bad", [{"ratio_threshold": 1.0}, {"min_slow_fraction": 0},
-                                 {"min_slow_steps": 0}, {"skip_steps": -1}])
+@pytest.mark.parametrize(
+    "bad",
+    [{"ratio_threshold": 1.0}, {"min_slow_fraction": 0}, {"min_slow_steps": 0}, {"skip_steps": -1}],
+)
 def test_config_validation(bad):
     with pytest.raises(ValueError):
         StragglerConfig(**bad)

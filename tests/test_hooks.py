@@ -48,8 +48,9 @@ def test_send_and_recv_pair_up_by_peer_and_sequence(job):
     c = job["collectives"]
     sends = c[c["op"] == "send"].set_index(["group_id", "rank", "peer", "group_seq"]).index
     recvs = c[c["op"] == "recv"]
-    recv_keys = set(zip(recvs["group_id"], recvs["peer"], recvs["rank"], recvs["group_seq"],
-                        strict=True))
+    recv_keys = set(
+        zip(recvs["group_id"], recvs["peer"], recvs["rank"], recvs["group_seq"], strict=True)
+    )
     assert len(sends) == len(recvs) == 4 * 3 + 2 * 3  # batched pair each step + send/recv
     assert set(sends) == recv_keys
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-
 from ranksight.agent import Agent
 from ranksight.analyzer import list_runs, load_run
 from ranksight.analyzer.queries import UnknownRun
@@ -38,8 +37,12 @@ def test_queries_agree_on_chdb_and_clickhouse(hooked_job_spool, chdb_url, clickh
 def test_arrivals_and_p2p_name_who_waited_for_whom(hooked_job_spool, store_url):
     _, data = _load(store_url, hooked_job_spool)
     arr = data.arrivals
-    world = arr[arr["group_id"].map(dict(zip(data.groups["group_id"], data.groups["group_ranks"],
-                                             strict=True))) == "0,1,2,3"]
+    world = arr[
+        arr["group_id"].map(
+            dict(zip(data.groups["group_id"], data.groups["group_ranks"], strict=True))
+        )
+        == "0,1,2,3"
+    ]
     # rank 1 sleeps 200 ms before each world all_reduce: it is the last arriver
     by_last = world.groupby("last_rank")["waited_ns"].sum()
     assert by_last.idxmax() == 1 and by_last[1] > 3 * 3 * 150e6

@@ -173,7 +173,9 @@ class CollectiveRecorder(TorchDispatchMode):
     def _record_c10d(self, spec, args, out, t0: int) -> None:
         name, i_in, i_out, direction = spec
         pg = next(
-            a for a in args if isinstance(a, torch.ScriptObject) and a._type().qualified_name() == _PG_TYPE
+            a
+            for a in args
+            if isinstance(a, torch.ScriptObject) and a._type().qualified_name() == _PG_TYPE
         )
         info = self._groups.by_group(_C.ProcessGroup.unbox(pg))
         peer = -1
@@ -231,7 +233,9 @@ class CollectiveRecorder(TorchDispatchMode):
         t0 = time.time_ns()
         out = func(*args, **kwargs)
         try:
-            group_name = next(a for a in reversed(list(args) + list(kwargs.values())) if isinstance(a, str))
+            group_name = next(
+                a for a in reversed(list(args) + list(kwargs.values())) if isinstance(a, str)
+            )
             info = self._groups.by_name(group_name)
             rec = self._base(name, info, self._next_seq(info.group_id), -1, args[0], out)
             rec["enqueue_ns"] = rec["start_ns"] = t0
@@ -278,4 +282,3 @@ class CollectiveRecorder(TorchDispatchMode):
             _C.Work.wait = original
 
         return undo
-

@@ -25,7 +25,9 @@ def instrument_stage(hooks: Hooks, stage: Any) -> None:
     if getattr(stage, _MARK, False):
         return
     if not hasattr(stage, "forward_one_chunk") or not hasattr(stage, "backward_one_chunk"):
-        raise TypeError(f"{type(stage).__name__} is not a pipelining stage (no *_one_chunk methods)")
+        raise TypeError(
+            f"{type(stage).__name__} is not a pipelining stage (no *_one_chunk methods)"
+        )
     index = int(getattr(stage, "stage_index", -1))
     for method, phase, key in (
         ("forward_one_chunk", "forward", "fwd_chunk_id"),

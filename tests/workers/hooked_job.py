@@ -22,8 +22,13 @@ assert any("before torch.distributed.init_process_group" in str(w.message) for w
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
-hooks = trainer_hooks.attach(mesh={"dp": rank, "tp": 0, "pp": 0}, mesh_shape={"dp": world},
-                             spool_dir=spool, run_id=run_id, meta={"test": True})
+hooks = trainer_hooks.attach(
+    mesh={"dp": rank, "tp": 0, "pp": 0},
+    mesh_shape={"dp": world},
+    spool_dir=spool,
+    run_id=run_id,
+    meta={"test": True},
+)
 with warnings.catch_warnings(record=True) as twice:
     warnings.simplefilter("always")
     assert trainer_hooks.attach(spool_dir=spool, run_id=run_id) is hooks

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Set up and run the whole test suite: installs ranksight with its test dependencies
+# (CPU torch 2.13.0), Debian's clickhouse-server (the tests start their own private
+# server from it on loopback ports), a lint pass, then pytest. Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v clickhouse-server >/dev/null && [ ! -x /usr/sbin/clickhouse-server ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clickhouse-server >/dev/null
+fi
+
+python3 -m pip install -q torch==2.13.0
+python3 -m pip install -q -e '.[test]'
+
+python3 -m ruff check .
+python3 -m pytest -q -ra "$@"
