@@ -1,0 +1,104 @@
+"""Apply fault specs to a running rank.
+
+Where the ``slow`` fault sits, and why
+--------------------------------------
+``Schedule1F1B._step_microbatches`` (torch/distributed/pipelining/schedules.py, torch 2.13)
+waits for every P2P receive (``_wait_batch_p2p``) *before* it calls
+
+    stage.forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output=...)
+    stage.backward_one_chunk(bwd_chunk_id, loss=..., last_backward=...)
+
+and fires the sends after they return; the DP gradient reduction runs later still, in
+``stage.perform_reduce_grad``. So these two calls hold the stage's compute and the TP
+all_reduces inside it, and no pipeline or DP communication. :func:`install_faults` replaces
+them on the stage *instance* with wrappers that time the call and then sleep ``(factor - 1)``
+times that duration: the rank's microbatch compute takes ``factor`` times as long, the rank
+releases the CPU while "computing" (8 ranks share 2 cores), and its own send/recv and
+collectives are not lengthened; its TP peers, pipeline neighbours and DP peers wait for it.
+On CUDA the wrapper synchronises before and after timing the call, so it measures device
+time and the sleep delays every later kernel. The timed call includes this rank's in-chunk
+TP all_reduces; as the late arriver, its wait in them is short.
+
+The trainer installs these wrappers first and lets ``hooks.instrument_pipeline_stage`` wrap
+outside them, so the hooks' per-microbatch forward/backward timing includes the delay.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from ranksight.reference_trainer.faults import FaultSpec
+
+STAGE_COMPUTE_METHODS = ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk")
+"""``PipelineStage`` methods that hold one microbatch's compute (1F1B calls the first two)."""
+
+
+@dataclass(slots=True)
+class StepClock:
+    """The step the training loop is in (0-based); faults read it to know if they are on."""
+
+    step: int = -1
+    """Current step; -1 before the first."""
+
+
+@dataclass(slots=True)
+class SlowCompute:
+    """Stretches every wrapped call on this rank to ``spec.factor`` times its duration."""
+
+    spec: FaultSpec
+    """The ``slow`` spec, whose rank is this rank."""
+    clock: StepClock
+    """Shared with the training loop."""
+    device: torch.device
+    """Synchronised around the timed call when it is a CUDA device."""
+    injected_s: float = 0.0
+    """Total seconds slept so far (the injected delay, for the summary)."""
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` made ``factor`` times slower while the fault is active."""
+
+        @functools.wraps(fn)
+        def slowed(*args: Any, **kwargs: Any) -> Any:
+            if not self.spec.active_at(self.clock.step):
+                return fn(*args, **kwargs)
+            self._sync()
+            start = time.perf_counter()
+            out = fn(*args, **kwargs)
+            self._sync()
+            delay = (self.spec.factor - 1.0) * (time.perf_counter() - start)
+            time.sleep(delay)
+            self.injected_s += delay
+            return out
+
+        return slowed
+
+
+def install_faults(
+    stage: Any, specs: Iterable[FaultSpec], *, rank: int, clock: StepClock, device: torch.device
+) -> list[SlowCompute]:
+    """Wrap ``stage``'s compute methods with every fault in ``specs`` that targets ``rank``.
+
+    Call before ``hooks.instrument_pipeline_stage(stage)``. Returns the installed injectors
+    (empty on ranks without faults). Raises NotImplementedError for a kind with no injector.
+    """
+    injectors: list[SlowCompute] = []
+    for spec in specs:
+        if spec.rank != rank:
+            continue
+        if spec.kind != "slow":
+            raise NotImplementedError(f"no injector for fault kind {spec.kind!r}")
+        injector = SlowCompute(spec=spec, clock=clock, device=device)
+        for name in STAGE_COMPUTE_METHODS:
+            if hasattr(stage, name):
+                setattr(stage, name, injector.wrap(getattr(stage, name)))
+        injectors.append(injector)
+    return injectors
