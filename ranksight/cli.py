@@ -101,14 +101,14 @@ def analysis_run(store, run_id: str, attempt: int) -> dict:
     return resolve_attempt(store, run_id, attempt)[0]
 
 
-def emit(analysis, run_row: dict, format: str) -> None:
-    """Print the analysis in ``format``."""
+def emit(analysis, run_row: dict, format: str, out: Console | None = None) -> None:
+    """Print the analysis in ``format`` (text goes to ``out``, default stdout)."""
     if format == "json":
         print(rep.to_json(analysis, run_row))
     elif format == "markdown":
         print(rep.to_markdown(analysis, run_row), end="")
     else:
-        rep.print_text(analysis, console, run_row)
+        rep.print_text(analysis, out or console, run_row)
 
 
 @app.command()

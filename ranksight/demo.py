@@ -143,6 +143,8 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
     from ranksight.store import StoreError, open_store
     from ranksight.store.url import default_store_url
 
+    if cfg.format != "text":  # keep stdout for the machine-readable report
+        console = err
     home = _home()
     spool = os.path.join(home, "spool")
     store_url = cfg.store or default_store_url()
@@ -200,7 +202,7 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
         console.rule("root-cause report")
     from ranksight.cli import emit
 
-    emit(analysis, run_row, cfg.format)
+    emit(analysis, run_row, cfg.format, console)
     if cfg.format == "text":
         console.print(
             f"\nre-print: ranksight report --run {run_id}"
