@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -42,6 +42,8 @@ class DemoConfig:
     """Report format: text, json or markdown."""
     timeout_s: float = 900.0
     """Give up on the training job after this many seconds."""
+    faults: tuple = field(init=False, default=())
+    """The parsed ``inject`` spec (set by validation)."""
 
     def __post_init__(self) -> None:
         from ranksight.reference_trainer.faults import parse_faults

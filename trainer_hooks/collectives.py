@@ -67,6 +67,19 @@ _FUNCTIONAL_OPS: dict[str, str] = {
 }
 
 
+_MAX_PENDING = 10_000
+"""Functional collectives awaiting their wait_tensor; past this the oldest is emitted
+unfinished (end_ns 0)."""
+
+
+def _key(t: torch.Tensor) -> int:
+    """Identity of a tensor's memory, shared by the wrappers around it."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return id(t)
+
+
 def _tensors(x: Any) -> list[torch.Tensor]:
     if isinstance(x, torch.Tensor):
         return [x]
@@ -218,14 +231,11 @@ class CollectiveRecorder(TorchDispatchMode):
     def _functional(self, func, args, kwargs):
         opname = func._opname
         if opname == "wait_tensor":
+            if getattr(self._local, "in_async_wait", False):  # timed by the ACT wrapper
+                return func(*args, **kwargs)
             t0 = time.time_ns()
             out = func(*args, **kwargs)
-            t1 = time.time_ns()
-            self._clock.total_ns += t1 - t0
-            rec = self._pending_functional.pop(id(args[0]), None) if args else None
-            if rec is not None:
-                rec["end_ns"], rec["wait_ns"] = t1, t1 - t0
-                self._emit(rec)
+            self._waited(args[0] if args else None, t0, time.time_ns())
             return out
         name = _FUNCTIONAL_OPS.get(opname)
         if name is None:
@@ -240,10 +250,56 @@ class CollectiveRecorder(TorchDispatchMode):
             rec = self._base(name, info, self._next_seq(info.group_id), -1, args[0], out)
             rec["enqueue_ns"] = rec["start_ns"] = t0
             for t in _tensors(out):
-                self._pending_functional[id(t)] = rec
+                self._pending_functional[_key(t)] = rec
+            if len(self._pending_functional) > _MAX_PENDING:  # never waited: give up on the oldest
+                self._emit(self._pending_functional.pop(next(iter(self._pending_functional))))
         except Exception as e:
             self._note_error(e)
         return out
+
+    def _waited(self, tensor: Any, t0: int, t1: int) -> None:
+        """A functional collective's output was waited on from t0 to t1 (ns)."""
+        self._clock.total_ns += t1 - t0
+        if not isinstance(tensor, torch.Tensor):
+            return
+        rec = self._pending_functional.pop(_key(tensor), None)
+        if rec is not None:
+            rec["end_ns"], rec["wait_ns"] = t1, t1 - t0
+            self._emit(rec)
+
+    def wrap_async_waits(self) -> Callable[[], None]:
+        """Patch ``AsyncCollectiveTensor.trigger_wait`` / ``wait``: DTensor waits on its
+        collectives' outputs inside another op's dispatch, where this mode is not active,
+        so the wait is timed here instead. Returns the undo function."""
+        from torch.distributed._functional_collectives import AsyncCollectiveTensor as ACT
+
+        originals = {"trigger_wait": ACT.trigger_wait, "wait": ACT.wait}
+        local = self._local
+
+        def timed(name: str):
+            original = originals[name]
+
+            def wait(act, *a, **k):
+                if name == "trigger_wait" and act.completed:
+                    return original(act, *a, **k)
+                local.in_async_wait = True
+                t0 = time.time_ns()
+                try:
+                    return original(act, *a, **k)
+                finally:
+                    local.in_async_wait = False
+                    self._waited(act.elem, t0, time.time_ns())
+
+            return wait
+
+        for name in originals:
+            setattr(ACT, name, timed(name))
+
+        def undo() -> None:
+            for name, fn in originals.items():
+                setattr(ACT, name, fn)
+
+        return undo
 
     def flush_pending(self) -> int:
         """Emit functional ops never waited on (``end_ns`` 0); returns how many."""

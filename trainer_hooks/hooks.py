@@ -166,7 +166,7 @@ class Hooks:
             }
             self._put_run("running")
         self._recorder = CollectiveRecorder(self._put, self._context, self._clock)
-        self._undo_wait = self._recorder.wrap_work_wait()
+        self._undo = [self._recorder.wrap_work_wait(), self._recorder.wrap_async_waits()]
         self._recorder.__enter__()
 
     # ------------------------------------------------------------------ internals
@@ -239,7 +239,8 @@ class Hooks:
             self._recorder.__exit__(None, None, None)
         except Exception:  # the mode stack may have been unwound by the script
             pass
-        self._undo_wait()
+        for undo in self._undo:
+            undo()
         self._recorder.flush_pending()
         self._put_stats()
         self._put_run(status)
