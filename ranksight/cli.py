@@ -18,7 +18,7 @@ from ranksight import report as rep
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
 console = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one error, one line
 
 StoreOpt = typer.Option(
     None,

@@ -192,7 +192,10 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
         rc = _watch(cfg, trainer, store, run_id, console)
     _stop(agent)
     if rc != 0:
-        err.print(f"[red]the training job exited with code {rc}[/]; its log: {log_path}")
+        err.print(
+            f"[red]error:[/] the training job exited with code {rc}{_first_failure(log_path)}; "
+            f"its log: {log_path}"
+        )
         _mark_failed(store, run_id)
     try:
         analysis = analyze(store, run_id)
@@ -233,6 +236,24 @@ def _watch(cfg: DemoConfig, trainer: subprocess.Popen, store, run_id: str, conso
             time.sleep(1.0)
         progress.update(task, completed=_progress_step(store, run_id), description="training done")
     return trainer.returncode
+
+
+def _first_failure(log_path: str) -> str:
+    """``": rank R failed first (exit code C)"`` from torchrun's error summary, or ``""``."""
+    import re
+
+    try:
+        with open(log_path, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return ""
+    root = text.rfind("Root Cause")
+    m = (
+        re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", text[root:], re.S)
+        if root >= 0
+        else None
+    )
+    return f": rank {m.group(1)} failed first (exit code {m.group(2)})" if m else ""
 
 
 def _mark_failed(store, run_id: str) -> None:

@@ -46,6 +46,11 @@ FAULT_KINDS: dict[str, FaultKind] = {
         optional=("from_step", "until_step"),
         summary="microbatch forward/backward compute on `rank` takes `factor` x as long",
     ),
+    "crash": FaultKind(
+        required=("rank",),
+        optional=("from_step",),
+        summary="the process of `rank` exits abruptly (code 17) in its first forward of `from_step`",
+    ),
     "none": FaultKind(required=(), optional=(), summary="no fault"),
 }
 """Every fault kind the trainer knows, by name."""

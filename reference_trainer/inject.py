@@ -26,6 +26,8 @@ outside them, so the hooks' per-microbatch forward/backward timing includes the 
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -82,21 +84,58 @@ class SlowCompute:
         return slowed
 
 
+CRASH_EXIT_CODE = 17
+"""Exit status of a rank killed by the ``crash`` fault."""
+
+
+@dataclass(slots=True)
+class Crash:
+    """Ends this rank's process abruptly (``os._exit``, no clean-up, like a segfault or an
+    OOM kill) at the first wrapped call once the fault is active."""
+
+    spec: FaultSpec
+    """The ``crash`` spec, whose rank is this rank."""
+    clock: StepClock
+    """Shared with the training loop."""
+    injected_s: float = 0.0
+    """Always 0 (kept for the summary's uniform shape)."""
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` that kills the process instead once the fault is active."""
+
+        @functools.wraps(fn)
+        def crashing(*args: Any, **kwargs: Any) -> Any:
+            if self.spec.active_at(self.clock.step):
+                print(
+                    f"fault injected: crash at step {self.clock.step}", file=sys.stderr, flush=True
+                )
+                os._exit(CRASH_EXIT_CODE)
+            return fn(*args, **kwargs)
+
+        return crashing
+
+
+_INJECTORS = {"slow": SlowCompute, "crash": Crash}
+
+
 def install_faults(
     stage: Any, specs: Iterable[FaultSpec], *, rank: int, clock: StepClock, device: torch.device
-) -> list[SlowCompute]:
+) -> list[SlowCompute | Crash]:
     """Wrap ``stage``'s compute methods with every fault in ``specs`` that targets ``rank``.
 
     Call before ``hooks.instrument_pipeline_stage(stage)``. Returns the installed injectors
     (empty on ranks without faults). Raises NotImplementedError for a kind with no injector.
     """
-    injectors: list[SlowCompute] = []
+    injectors: list[SlowCompute | Crash] = []
     for spec in specs:
         if spec.rank != rank:
             continue
-        if spec.kind != "slow":
+        if spec.kind not in _INJECTORS:
             raise NotImplementedError(f"no injector for fault kind {spec.kind!r}")
-        injector = SlowCompute(spec=spec, clock=clock, device=device)
+        if spec.kind == "slow":
+            injector = SlowCompute(spec=spec, clock=clock, device=device)
+        else:
+            injector = Crash(spec=spec, clock=clock)
         for name in STAGE_COMPUTE_METHODS:
             if hasattr(stage, name):
                 setattr(stage, name, injector.wrap(getattr(stage, name)))

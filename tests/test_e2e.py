@@ -86,3 +86,30 @@ def test_demo_names_the_slow_rank_on_clickhouse(tmp_path, clickhouse_db_url):
 def test_clean_demo_names_no_one_on_clickhouse(tmp_path, clickhouse_db_url):
     code, doc, _ = demo_json(str(tmp_path), clickhouse_db_url, "none")
     assert code == 0 and doc["findings"] == []
+
+
+def test_rank_dying_mid_run_is_named_and_what_was_collected_stays(tmp_path):
+    home, store = str(tmp_path), str(tmp_path / "store")
+    out = ranksight(
+        "demo",
+        "--inject",
+        "crash:rank=6,from_step=5",
+        "--steps",
+        "10",
+        "--store",
+        store,
+        "--format",
+        "json",
+        home=home,
+    )
+    assert out.returncode == 1, out.stderr[-3000:]
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "rank 6 failed first (exit code 17)" in errors[0]
+    doc = json.loads(out.stdout)
+    assert doc["status"] == "failed" and doc["steps_analyzed"] >= 3
+    runs = ranksight("runs", "--store", store, home=home)
+    assert doc["run_id"] in runs.stdout and "failed" in runs.stdout
+    again = ranksight(
+        "report", "--run", doc["run_id"], "--store", store, "--format", "json", home=home
+    )
+    assert again.returncode in (0, 3) and json.loads(again.stdout)["steps_analyzed"] >= 3

@@ -1,0 +1,83 @@
+"""Bad input gets one clear line naming what is wrong, and a documented exit code."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def cli(*args: str, home: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RANKSIGHT_HOME": home}
+    env.pop("RANKSIGHT_STORE", None)
+    return subprocess.run(
+        [sys.executable, "-m", "ranksight.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def one_error_line(out: subprocess.CompletedProcess) -> str:
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "url", ["foo://bar/db", "clickhouse://host:notaport/db", "clickhouse://127.0.0.1:9000"]
+)
+def test_garbage_store_url(tmp_path, url):
+    out = cli("runs", "--store", url, home=str(tmp_path))
+    assert out.returncode == 1
+    line = one_error_line(out)
+    assert line.startswith("error:") and url.split("/")[0] in line
+
+
+def test_unreachable_server_is_named(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = cli(
+        "report", "--run", "x", "--store", f"clickhouse://127.0.0.1:{port}/db", home=str(tmp_path)
+    )
+    assert out.returncode == 1
+    assert f"127.0.0.1:{port}" in one_error_line(out)
+
+
+def test_unknown_run_id(tmp_path):
+    out = cli("report", "--run", "no-such-run", "--store", str(tmp_path / "s"), home=str(tmp_path))
+    assert out.returncode == 1
+    assert "unknown run 'no-such-run'" in one_error_line(out)
+
+
+def test_password_never_printed(tmp_path):
+    out = cli("runs", "--store", "clickhouse://u:s3cret@127.0.0.1:1/db", home=str(tmp_path))
+    assert out.returncode == 1 and "s3cret" not in out.stderr + out.stdout
+
+
+@pytest.mark.parametrize("spec", ["bogus:rank=1", "slow:rank=1", "slow:rank=99,factor=2"])
+def test_bad_fault_spec_is_a_usage_error(tmp_path, spec):
+    out = cli("demo", "--inject", spec, home=str(tmp_path))
+    assert out.returncode == 2
+    assert spec in one_error_line(out)
+
+
+def test_bad_report_format(tmp_path):
+    out = cli(
+        "report",
+        "--run",
+        "x",
+        "--format",
+        "yaml",
+        "--store",
+        str(tmp_path / "s"),
+        home=str(tmp_path),
+    )
+    assert out.returncode == 2 and "yaml" in one_error_line(out)
