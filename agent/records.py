@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from ranksight.store import schema
 
 _NUMPY = {

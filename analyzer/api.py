@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pandas as pd
+
 from ranksight.store import Store
 
 from .diagnose import Analysis, diagnose

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pandas as pd
+
 from ranksight.store import Store, StoreError
 
 _RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"

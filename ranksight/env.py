@@ -17,5 +17,13 @@ STORE = "RANKSIGHT_STORE"
 """Store URL: a folder (chdb, embedded) or ``clickhouse://host:port/db``."""
 HOME = "RANKSIGHT_HOME"
 """Base folder for the default store and spool (default ``./.ranksight``)."""
+CH_USER = "RANKSIGHT_CH_USER"
+"""ClickHouse user when the store URL names none (default ``default``)."""
+CH_PASSWORD = "RANKSIGHT_CH_PASSWORD"
+"""ClickHouse password when the store URL gives none (default empty). Never put it in a URL
+on a command line: command lines are visible to every user of the host."""
+CLICKHOUSE_SERVER = "RANKSIGHT_CLICKHOUSE_SERVER"
+"""Path of the ``clickhouse-server`` binary for local servers (default: PATH, then
+``/usr/sbin/clickhouse-server``, where Debian puts it)."""
 
 DEFAULT_HOME = ".ranksight"

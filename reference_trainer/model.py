@@ -16,8 +16,9 @@ import math
 
 import torch
 import torch.nn.functional as F
-from ranksight.reference_trainer.config import ModelConfig
 from torch import nn
+
+from ranksight.reference_trainer.config import ModelConfig
 
 _EMBED_SEED = 1_000_003
 _HEAD_SEED = 2_000_003

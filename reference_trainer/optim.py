@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 import torch
-from ranksight.reference_trainer.config import OptimConfig
 from torch import nn
+
+from ranksight.reference_trainer.config import OptimConfig
 
 
 def lr_at(step: int, cfg: OptimConfig, total_steps: int) -> float:

@@ -24,9 +24,6 @@ import warnings
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from ranksight.reference_trainer.config import TrainConfig
-from ranksight.reference_trainer.layout import MESH_DIM_NAMES, coords_of
-from ranksight.reference_trainer.model import GPTStage, build_stage
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B
@@ -37,6 +34,10 @@ from torch.distributed.tensor.parallel import (
     RowwiseParallel,
     parallelize_module,
 )
+
+from ranksight.reference_trainer.config import TrainConfig
+from ranksight.reference_trainer.layout import MESH_DIM_NAMES, coords_of
+from ranksight.reference_trainer.model import GPTStage, build_stage
 
 try:  # FSDP2-based replicate (torch >= 2.9); older torch falls back to fully_shard.
     from torch.distributed._composable.replicate_with_fsdp import replicate

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from ranksight import env
 from ranksight.reference_trainer._hooks_seam import TrainerHooks, attach_hooks
 from ranksight.reference_trainer.config import (
     DEVICES,
@@ -49,8 +51,6 @@ from ranksight.reference_trainer.parallel import (
     mesh_shape_of,
     parallelize_stage,
 )
-
-from ranksight import env
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 
 import pandas as pd
+
 from ranksight.store.schema import SCHEMA_VERSION
 
 

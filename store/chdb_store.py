@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+
 from ranksight.store import chdb_engine, schema, segments
 from ranksight.store.base import Store, StoreError
 from ranksight.store.frames import conform, frame_from_arrow

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 from clickhouse_driver import Client, errors
+
 from ranksight.store import schema
 from ranksight.store.base import Store, StoreError
 from ranksight.store.ddl import check_identifier, create_database_sql, create_table_sql

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+
 from ranksight.store.schema import Table
 from ranksight.store.types import arrow_type, table_schema
 

@@ -28,11 +28,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ranksight import env
 from ranksight.store.base import StoreError
 
-SERVER_BINARY = "RANKSIGHT_CLICKHOUSE_SERVER"
-"""Environment variable: path of the ``clickhouse-server`` binary (default: PATH, then
-``/usr/sbin/clickhouse-server``, where Debian puts it)."""
+SERVER_BINARY = env.CLICKHOUSE_SERVER
 
 _CONFIG = """<?xml version="1.0"?>
 <yandex>

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 import pyarrow as pa
+
 from ranksight.store.schema import Table
 
 _SIMPLE: dict[str, pa.DataType] = {

@@ -25,14 +25,11 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from ranksight import env
 from ranksight.store.base import Store, StoreError
 
-from ranksight import env
-
-CH_USER = "RANKSIGHT_CH_USER"
-"""ClickHouse user when the store URL names none (default ``default``)."""
-CH_PASSWORD = "RANKSIGHT_CH_PASSWORD"
-"""ClickHouse password when the store URL gives none (default empty)."""
+CH_USER = env.CH_USER
+CH_PASSWORD = env.CH_PASSWORD
 
 _SERVER_SCHEMES = {"clickhouse": 9000, "clickhouses": 9440}
 _FOLDER_SCHEMES = ("chdb", "file")

@@ -14,6 +14,7 @@ import sys
 import uuid
 
 import pytest
+
 from ranksight.store import StoreError, open_store
 from ranksight.store.server import LocalServer, find_server_binary, start_local_server
 

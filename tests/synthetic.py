@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from ranksight.analyzer.queries import RunData
 
 MS = 1_000_000

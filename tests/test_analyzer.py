@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+
 from ranksight.analyzer import StragglerConfig, diagnose
 from ranksight.analyzer.findings import Finding
 from ranksight.analyzer.groups import group_axis
-
 from tests.synthetic import make_run
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+
 from ranksight.agent import Agent
 from ranksight.analyzer import list_runs, load_run
 from ranksight.analyzer.queries import UnknownRun

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from ranksight.reference_trainer._hooks_seam import NoopHooks, attach_hooks
 from ranksight.reference_trainer.config import (
     ModelConfig,

@@ -14,6 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from ranksight.store import Store, StoreError, open_store, schema
 from ranksight.store.chdb_store import ChdbStore
 from ranksight.store.ddl import create_database_sql, create_table_sql
