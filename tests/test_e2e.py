@@ -63,6 +63,12 @@ def test_demo_names_the_slow_rank_on_chdb(tmp_path):
     home = str(tmp_path)
     code, doc, stderr = demo_json(home, os.path.join(home, "store"), SLOW)
     check_slow_rank_named(code, doc, stderr)
+    # the findings were stored for the UI
+    from ranksight.analyzer.queries import load_findings
+    from ranksight.store import open_store
+
+    stored = load_findings(open_store(os.path.join(home, "store")), doc["run_id"], 0)
+    assert list(stored["culprit_rank"]) == [5] and list(stored["cause"]) == ["compute"]
     # the stored run can be listed and re-reported, in text and JSON
     runs = ranksight("runs", "--store", os.path.join(home, "store"), home=home)
     assert runs.returncode == 0 and doc["run_id"] in runs.stdout and "finished" in runs.stdout

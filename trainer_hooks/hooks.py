@@ -144,7 +144,7 @@ class Hooks:
                 "host": socket.gethostname(),
                 "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
                 "pid": os.getpid(),
-                "device": "cpu",
+                "device": _device_name(),
                 "backend": str(dist.get_backend()),
                 "dp": int(mesh.get("dp", -1)),
                 "tp": int(mesh.get("tp", -1)),
@@ -247,6 +247,20 @@ class Hooks:
         self._spool.close()
         _detach()
         return self.stats
+
+
+def _device_name() -> str:
+    """``"cpu"``, or the current CUDA device's UUID (``GPU-...``) where torch knows it."""
+    try:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            uuid = getattr(props, "uuid", None)
+            return f"GPU-{uuid}" if uuid else f"cuda:{torch.cuda.current_device()}"
+    except Exception:  # a device query must never break attach
+        pass
+    return "cpu"
 
 
 class NoopHooks:
