@@ -181,9 +181,309 @@ SCHEMA_VERSION_TABLE = Table(
     order_by=("version",),
 )
 
+# ---------------------------------------------------------------- node collectors
+# Written by the node agent's collectors (``collectors/``, ``agent/collect.py``). A numeric
+# field a device or driver does not report is NaN in Float64 columns ("empty", never 0).
+
+_NODE = (("host", "String"), ("ts_ns", "Int64"))
+
+GPU_SAMPLES = Table(
+    "gpu_samples",
+    _NODE
+    + (
+        ("gpu_index", "UInt32"),
+        ("gpu_uuid", "String"),
+        ("pci_bus_id", "String"),  # 0000:3b:00.0
+        ("sm_clock_mhz", "Float64"),
+        ("sm_clock_max_mhz", "Float64"),
+        ("mem_clock_mhz", "Float64"),
+        ("mem_clock_max_mhz", "Float64"),
+        ("clock_events", "Int64"),  # NVML clock-event (throttle) reason bitmask, -1 if unknown
+        ("clock_event_names", "String"),  # decoded: sw_power_cap,hw_thermal_slowdown,...
+        ("power_w", "Float64"),
+        ("power_limit_w", "Float64"),
+        ("temperature_c", "Float64"),
+        ("util_gpu_pct", "Float64"),
+        ("util_mem_pct", "Float64"),
+        ("mem_used_bytes", "Float64"),
+        ("mem_total_bytes", "Float64"),
+        ("ecc_corrected", "Float64"),  # volatile (since driver load)
+        ("ecc_uncorrected", "Float64"),
+        ("remapped_correctable", "Float64"),  # rows remapped for correctable errors
+        ("remapped_uncorrectable", "Float64"),
+        ("remap_pending", "Float64"),  # 1: a remap waits for a GPU reset
+        ("remap_failure", "Float64"),  # 1: a remap failed
+        ("pcie_gen", "Float64"),
+        ("pcie_width", "Float64"),
+        ("pcie_tx_bytes_s", "Float64"),
+        ("pcie_rx_bytes_s", "Float64"),
+        ("pcie_replays", "Float64"),
+        ("nvlink_active", "Float64"),  # links up
+        ("nvlink_tx_bytes", "Float64"),  # cumulative data bytes, all links
+        ("nvlink_rx_bytes", "Float64"),
+        ("nvlink_tx_bytes_s", "Float64"),
+        ("nvlink_rx_bytes_s", "Float64"),
+        ("nvlink_crc_errors", "Float64"),  # flit + data CRC, all links, cumulative
+        ("nvlink_replay_errors", "Float64"),
+        ("nvlink_recovery_errors", "Float64"),
+        ("unsupported", "String"),  # comma-separated fields this GPU/driver does not report
+    ),
+    order_by=("host", "gpu_index", "ts_ns"),
+    time_column="ts_ns",
+)
+
+GPU_EVENTS = Table(
+    "gpu_events",
+    _NODE
+    + (
+        ("gpu_index", "Int32"),  # -1 if unknown
+        ("gpu_uuid", "String"),
+        ("kind", "String"),  # xid | gpu_lost
+        ("code", "Int64"),  # the XID number; NVML error code for gpu_lost
+        ("detail", "String"),
+    ),
+    order_by=("host", "ts_ns"),
+    time_column="ts_ns",
+)
+
+GPU_PROCS = Table(
+    "gpu_procs",
+    _NODE
+    + (
+        ("gpu_index", "UInt32"),
+        ("gpu_uuid", "String"),
+        ("pid", "UInt32"),
+        ("used_mem_bytes", "Float64"),
+        ("run_id", "String"),  # "" if the process is no local rank
+        ("attempt", "UInt32"),
+        ("rank", "Int32"),  # -1 if the process is no local rank
+    ),
+    order_by=("host", "ts_ns", "gpu_index"),
+    time_column="ts_ns",
+)
+
+GPU_NIC = Table(
+    "gpu_nic",
+    _NODE
+    + (
+        ("gpu_index", "Int32"),  # -1 where NVML is not available
+        ("gpu_uuid", "String"),
+        ("gpu_pci", "String"),
+        ("nic", "String"),  # mlx5_0 (rdma) or eth0 (netdev)
+        ("nic_kind", "String"),  # rdma | netdev
+        ("nic_pci", "String"),
+        ("relation", "String"),  # PIX | PXB | PHB | NODE | SYS (nvidia-smi topo's words)
+        ("hops", "Int32"),  # PCIe links between the two through their lowest common bridge
+        ("nearest", "UInt8"),  # 1: the closest NIC of this kind for this GPU
+    ),
+    order_by=("host", "ts_ns", "gpu_pci", "nic"),
+    time_column="ts_ns",
+)
+
+NIC_PORTS = Table(
+    "nic_ports",
+    _NODE
+    + (
+        ("kind", "String"),  # rdma | netdev
+        ("device", "String"),
+        ("port", "UInt32"),  # 0 for netdev
+        ("state", "String"),  # ACTIVE / DOWN ... (rdma), up / down (netdev operstate)
+        ("phys_state", "String"),
+        ("rate", "String"),  # "400 Gb/sec (4X NDR)"; netdev: speed in Mb/s
+        ("link_layer", "String"),  # InfiniBand | Ethernet
+        ("pci", "String"),
+    ),
+    order_by=("host", "ts_ns", "device", "port"),
+    time_column="ts_ns",
+)
+
+NIC_SAMPLES = Table(
+    "nic_samples",
+    _NODE
+    + (
+        ("kind", "String"),  # rdma | netdev
+        ("device", "String"),
+        ("port", "UInt32"),
+        ("counter", "String"),  # the sysfs file name
+        ("unit", "String"),  # bytes (port_*_data are converted from 4-byte words) | count
+        ("value", "UInt64"),
+        ("delta", "UInt64"),  # since the previous sample (wrap and reset handled)
+        ("rate_per_s", "Float64"),  # NaN on a device's first sample
+        ("note", "String"),  # "" | wrap32 | wrap64 | reset
+    ),
+    order_by=("host", "device", "counter", "ts_ns"),
+    time_column="ts_ns",
+)
+
+HOST_SAMPLES = Table(
+    "host_samples",
+    _NODE
+    + (
+        ("cpu_pct", "Float64"),  # all cores, 0-100
+        ("cpu_core_pct", "String"),  # per core, comma-separated, 0-100
+        ("cpu_cores", "UInt32"),
+        ("load1", "Float64"),
+        ("load5", "Float64"),
+        ("load15", "Float64"),
+        ("mem_total_bytes", "UInt64"),
+        ("mem_used_bytes", "UInt64"),
+        ("mem_available_bytes", "UInt64"),
+        ("swap_used_bytes", "UInt64"),
+        ("disk_path", "String"),
+        ("disk_total_bytes", "UInt64"),
+        ("disk_free_bytes", "UInt64"),
+    ),
+    order_by=("host", "ts_ns"),
+    time_column="ts_ns",
+)
+
+PROC_SAMPLES = Table(
+    "proc_samples",
+    _RUN
+    + (
+        ("rank", "UInt32"),
+        ("host", "String"),
+        ("pid", "UInt32"),
+        ("ts_ns", "Int64"),
+        ("cpu_pct", "Float64"),  # of one core (100 = one core busy)
+        ("rss_bytes", "UInt64"),
+        ("threads", "UInt32"),
+        ("ctx_voluntary", "UInt64"),  # cumulative
+        ("ctx_involuntary", "UInt64"),
+        ("io_read_bytes", "Float64"),  # cumulative; NaN where not readable
+        ("io_write_bytes", "Float64"),
+    ),
+    order_by=("run_id", "attempt", "rank", "ts_ns"),
+    time_column="ts_ns",
+)
+
+STACKS = Table(
+    "stacks",
+    _RUN
+    + (
+        ("rank", "UInt32"),
+        ("host", "String"),
+        ("pid", "UInt32"),
+        ("ts_ns", "Int64"),
+        ("trigger", "String"),  # manual | no_progress
+        ("native", "UInt8"),
+        ("ok", "UInt8"),
+        ("error", "String"),
+        ("threads", "UInt32"),
+        ("summary", "String"),  # one line per thread: name, state, innermost frames
+        ("stack_json", "String"),  # py-spy dump --json
+        ("took_ms", "Float64"),
+    ),
+    order_by=("run_id", "attempt", "ts_ns", "rank"),
+    time_column="ts_ns",
+)
+
+FR_DUMPS = Table(
+    "fr_dumps",
+    _RUN
+    + (
+        ("rank", "Int32"),  # -1 if unknown
+        ("host", "String"),
+        ("ts_ns", "Int64"),  # when it was ingested
+        ("source", "String"),
+        ("format", "String"),  # pickle | json
+        ("version", "String"),
+        ("comm_lib_version", "String"),
+        ("entries", "UInt32"),
+        ("pg_config_json", "String"),
+        ("pg_status_json", "String"),
+        ("problems", "String"),  # what could not be read, one per line
+    ),
+    order_by=("run_id", "attempt", "rank", "ts_ns"),
+    time_column="ts_ns",
+)
+
+FR_ENTRIES = Table(
+    "fr_entries",
+    _RUN
+    + (
+        ("rank", "Int32"),
+        ("host", "String"),
+        ("source", "String"),
+        ("record_id", "Int64"),
+        ("pg_id", "Int64"),
+        ("pg_name", "String"),
+        ("pg_desc", "String"),
+        ("collective_seq_id", "Int64"),
+        ("p2p_seq_id", "Int64"),
+        ("op_id", "Int64"),
+        ("op", "String"),  # profiling name: nccl:all_reduce, nccl:send 0->1, gloo:broadcast
+        ("is_p2p", "UInt8"),
+        ("input_sizes", "String"),  # JSON
+        ("input_dtypes", "String"),
+        ("output_sizes", "String"),
+        ("output_dtypes", "String"),
+        ("state", "String"),  # scheduled | started | completed
+        ("time_created_ns", "Int64"),
+        ("time_started_ns", "Int64"),  # discovered start, 0 if none
+        ("time_completed_ns", "Int64"),  # discovered completion, 0 if none
+        ("duration_ms", "Float64"),  # NaN if not timed
+        ("timeout_ms", "Int64"),
+        ("retired", "UInt8"),
+        ("thread_name", "String"),
+        ("frames", "String"),  # JSON [[name, filename, line], ...], innermost first
+    ),
+    order_by=("run_id", "attempt", "pg_name", "collective_seq_id", "rank"),
+    time_column="time_created_ns",
+)
+
+COLLECTOR_STATUS = Table(
+    "collector_status",
+    _NODE
+    + (
+        ("collector", "String"),
+        ("state", "String"),  # ok | unavailable | error | stopped
+        ("message", "String"),
+    ),
+    order_by=("host", "ts_ns", "collector"),
+    time_column="ts_ns",
+)
+
+COLLECTOR_TABLES = (
+    "gpu_samples",
+    "gpu_events",
+    "gpu_procs",
+    "gpu_nic",
+    "nic_ports",
+    "nic_samples",
+    "host_samples",
+    "proc_samples",
+    "stacks",
+    "fr_dumps",
+    "fr_entries",
+    "collector_status",
+)
+"""Tables the node agent's collectors write."""
+
 TABLES: dict[str, Table] = {
     t.name: t
-    for t in (RUNS, RANKS, STEPS, PHASES, COLLECTIVES, HOOK_STATS, FINDINGS, SCHEMA_VERSION_TABLE)
+    for t in (
+        RUNS,
+        RANKS,
+        STEPS,
+        PHASES,
+        COLLECTIVES,
+        HOOK_STATS,
+        FINDINGS,
+        SCHEMA_VERSION_TABLE,
+        GPU_SAMPLES,
+        GPU_EVENTS,
+        GPU_PROCS,
+        GPU_NIC,
+        NIC_PORTS,
+        NIC_SAMPLES,
+        HOST_SAMPLES,
+        PROC_SAMPLES,
+        STACKS,
+        FR_DUMPS,
+        FR_ENTRIES,
+        COLLECTOR_STATUS,
+    )
 }
 """Every table by name."""
 
