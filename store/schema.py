@@ -42,6 +42,10 @@ class Table:
 
 
 _RUN = (("run_id", "String"), ("attempt", "UInt32"))
+_DELIVERY = (("batch_id", "UInt64"),)
+"""The node agent's delivery unit (one table's rows of one agent batch, one partition): a
+retried insert with the same id is skipped, so nothing is stored twice. 0 for rows written
+by anything else (analyzer, demo)."""
 
 RUNS = Table(
     "runs",
@@ -55,7 +59,8 @@ RUNS = Table(
         ("tp", "UInt32"),
         ("pp", "UInt32"),
         ("meta_json", "String"),  # launch config and injected-fault ground truth
-    ),
+    )
+    + _DELIVERY,
     order_by=("run_id", "attempt", "updated_ns"),
     time_column="created_ns",
 )
@@ -75,7 +80,8 @@ RANKS = Table(
         ("tp", "Int32"),
         ("pp", "Int32"),
         ("start_ns", "Int64"),
-    ),
+    )
+    + _DELIVERY,
     order_by=("run_id", "attempt", "rank"),
     time_column="start_ns",
 )
@@ -92,7 +98,8 @@ STEPS = Table(
         ("tokens", "UInt64"),
         ("lr", "Float64"),
         ("rss_bytes", "UInt64"),
-    ),
+    )
+    + _DELIVERY,
     order_by=("run_id", "attempt", "step", "rank"),
     time_column="start_ns",
 )
@@ -109,7 +116,8 @@ PHASES = Table(
         ("start_ns", "Int64"),
         ("end_ns", "Int64"),
         ("wait_ns", "Int64"),  # time blocked waiting on collectives inside the phase
-    ),
+    )
+    + _DELIVERY,
     order_by=("run_id", "attempt", "step", "rank", "start_ns"),
     time_column="start_ns",
 )
@@ -134,7 +142,8 @@ COLLECTIVES = Table(
         ("start_ns", "Int64"),  # device start where known, else the issue time
         ("end_ns", "Int64"),  # completion; 0 if it never completed
         ("wait_ns", "Int64"),  # time the issuing thread blocked waiting for it
-    ),
+    )
+    + _DELIVERY,
     order_by=("run_id", "attempt", "group_id", "group_seq", "rank"),
     time_column="enqueue_ns",
 )
@@ -148,7 +157,8 @@ HOOK_STATS = Table(
         ("level", "String"),
         ("records", "UInt64"),  # records handed to the agent so far
         ("dropped", "UInt64"),  # records dropped so far (buffer full, spool over budget)
-    ),
+    )
+    + _DELIVERY,
     order_by=("run_id", "attempt", "rank", "ts_ns"),
     time_column="ts_ns",
 )
@@ -444,6 +454,25 @@ COLLECTOR_STATUS = Table(
     time_column="ts_ns",
 )
 
+AGENT_STATS = Table(
+    "agent_stats",
+    _NODE
+    + (
+        ("pid", "UInt32"),
+        ("started_ns", "Int64"),  # when this agent process started
+        ("accepted", "UInt64"),  # valid records read from the spool since it started
+        ("rejected", "UInt64"),  # malformed records rejected, each logged with its reason
+        ("dropped", "UInt64"),  # records dropped because the disk buffer was full
+        ("shipped", "UInt64"),  # rows the store took
+        ("store_errors", "UInt64"),  # failed insert attempts (retried)
+        ("buffered_rows", "UInt64"),  # rows waiting in the disk buffer
+        ("buffered_bytes", "UInt64"),
+    )
+    + _DELIVERY,
+    order_by=("host", "ts_ns"),
+    time_column="ts_ns",
+)
+
 COLLECTOR_TABLES = (
     "gpu_samples",
     "gpu_events",
@@ -483,12 +512,16 @@ TABLES: dict[str, Table] = {
         FR_DUMPS,
         FR_ENTRIES,
         COLLECTOR_STATUS,
+        AGENT_STATS,
     )
 }
 """Every table by name."""
 
 RECORD_TABLES = ("ranks", "steps", "phases", "collectives", "hook_stats")
 """Tables the trainer hooks write records for (through the node agent)."""
+
+DELIVERED_TABLES = tuple(n for n, t in TABLES.items() if "batch_id" in t.column_names)
+"""Tables with a ``batch_id`` column: the node agent stores their rows exactly once."""
 
 
 def table(name: str) -> Table:
