@@ -3,20 +3,38 @@
 A spec is a string ``KIND:key=value,key=value``, or ``none``. Steps are numbered from 0,
 as the trainer passes them to ``hooks.step(step)``.
 
-========  ====================================  =================================================
-kind      keys (``*`` required)                 effect
-========  ====================================  =================================================
-slow      rank*, factor*, from_step, until_step  compute of every microbatch forward and backward
-                                                 on global ``rank`` takes ``factor`` times as long
-none      --                                    nothing (a clean run)
-========  ====================================  =================================================
+==============  ======================================  ==========================================
+kind            keys (``*`` required)                   effect
+==============  ======================================  ==========================================
+slow            rank*, factor*, from_step, until_step   compute of every microbatch forward and
+                                                        backward on ``rank`` takes ``factor`` x as
+                                                        long
+slow_link       rank*, delay_ms*, group, from_step,     collectives of ``rank``'s ``group`` (tp,
+                until_step                              dp; default tp) finish ``delay_ms`` late on
+                                                        every member, arrivals on time; ``pp``:
+                                                        ``rank``'s sends leave ``delay_ms`` late
+hang            rank*, from_step                        ``rank`` blocks forever before its first
+                                                        collective of ``from_step``
+crash           rank*, from_step                        the process of ``rank`` exits (code 17) in
+                                                        its first forward of ``from_step``
+desync          rank*, mode*, from_step                 at ``from_step`` ``rank`` skips (``skip``)
+                                                        or resizes (``resize``) one TP collective
+data_stall      rank*, delay_ms*, from_step,            ``rank``'s data loading takes ``delay_ms``
+                until_step                              longer (inside ``data_wait``)
+cpu_contention  rank*, procs, from_step                 ``procs`` busy processes share ``rank``'s
+                                                        pinned core (default 2)
+gc_storm        rank*, from_step, until_step            allocation churn and ``gc.collect()`` per
+                                                        microbatch on ``rank``
+nan             rank*, from_step                        the pipeline stage output of ``rank`` turns
+                                                        NaN (the loss of its replica is NaN)
+none            --                                      nothing (a clean run)
+==============  ======================================  ==========================================
 
 Example: ``slow:rank=3,factor=4,from_step=5`` makes rank 3 four times slower from step 5
 (the sixth step) on.
 
-To add a kind (hang, crash, desync, data stall, ...): add an entry to :data:`FAULT_KINDS`,
-any new key to :data:`_KEY_TYPES` and as a :class:`FaultSpec` field, and an injector in
-:mod:`ranksight.reference_trainer.inject`.
+To add a kind: add an entry to :data:`FAULT_KINDS`, any new key to :data:`_KEY_TYPES` and
+as a :class:`FaultSpec` field, and an injector in :mod:`ranksight.reference_trainer.inject`.
 """
 
 from __future__ import annotations
@@ -46,16 +64,68 @@ FAULT_KINDS: dict[str, FaultKind] = {
         optional=("from_step", "until_step"),
         summary="microbatch forward/backward compute on `rank` takes `factor` x as long",
     ),
+    "slow_link": FaultKind(
+        required=("rank", "delay_ms"),
+        optional=("group", "from_step", "until_step"),
+        summary="collectives of `rank`'s `group` (tp, dp) complete `delay_ms` late on every "
+        "member; pp: `rank`'s sends leave `delay_ms` late",
+    ),
+    "hang": FaultKind(
+        required=("rank",),
+        optional=("from_step",),
+        summary="`rank` blocks forever before its first collective of `from_step`",
+    ),
     "crash": FaultKind(
         required=("rank",),
         optional=("from_step",),
         summary="the process of `rank` exits abruptly (code 17) in its first forward of `from_step`",
     ),
+    "desync": FaultKind(
+        required=("rank", "mode"),
+        optional=("from_step",),
+        summary="at `from_step` `rank` skips (mode=skip) or resizes (mode=resize) one TP collective",
+    ),
+    "data_stall": FaultKind(
+        required=("rank", "delay_ms"),
+        optional=("from_step", "until_step"),
+        summary="data loading on `rank` takes `delay_ms` longer per step (inside data_wait)",
+    ),
+    "cpu_contention": FaultKind(
+        required=("rank",),
+        optional=("procs", "from_step"),
+        summary="`procs` busy processes pinned to `rank`'s core, `rank` pinned there too",
+    ),
+    "gc_storm": FaultKind(
+        required=("rank",),
+        optional=("from_step", "until_step"),
+        summary="allocation churn and gc.collect() in every microbatch forward/backward on `rank`",
+    ),
+    "nan": FaultKind(
+        required=("rank",),
+        optional=("from_step",),
+        summary="the pipeline stage output of `rank` becomes NaN from `from_step` on",
+    ),
     "none": FaultKind(required=(), optional=(), summary="no fault"),
 }
 """Every fault kind the trainer knows, by name."""
 
-_KEY_TYPES: dict[str, type] = {"rank": int, "factor": float, "from_step": int, "until_step": int}
+LINK_GROUPS = ("tp", "dp", "pp")
+"""Groups a ``slow_link`` can slow: the rank's TP or DP group, or its pipeline sends."""
+DESYNC_MODES = ("skip", "resize")
+"""How a ``desync`` rank breaks step with its TP peers."""
+
+_KEY_TYPES: dict[str, type] = {
+    "rank": int,
+    "factor": float,
+    "from_step": int,
+    "until_step": int,
+    "delay_ms": float,
+    "group": str,
+    "mode": str,
+    "procs": int,
+}
+_PARAMS = ("factor", "delay_ms", "group", "mode", "procs")
+"""Keys beyond rank and steps; ground truth records the ones a spec sets."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +142,14 @@ class FaultSpec:
     """First step (0-based, as recorded by the hooks) at which the fault is active."""
     until_step: int | None = None
     """Last step at which the fault is active (inclusive); None = until the end."""
+    delay_ms: float | None = None
+    """Added delay (ms) of ``slow_link`` (per collective or send) and ``data_stall`` (per step)."""
+    group: str | None = None
+    """``slow_link``: which of the rank's groups is slow, one of :data:`LINK_GROUPS` (tp)."""
+    mode: str | None = None
+    """``desync``: one of :data:`DESYNC_MODES`."""
+    procs: int | None = None
+    """``cpu_contention``: busy processes sharing the rank's core (2 when not given)."""
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -86,6 +164,33 @@ class FaultSpec:
             raise ValueError(
                 f"fault {self.kind}: until_step ({self.until_step}) < from_step ({self.from_step})"
             )
+        self._check_params()
+
+    def _check_params(self) -> None:
+        if self.delay_ms is not None and not 0 < self.delay_ms <= 600_000:
+            raise ValueError(
+                f"fault {self.kind}: delay_ms must be in (0, 600000], got {self.delay_ms}"
+            )
+        if self.group is not None and self.group not in LINK_GROUPS:
+            raise ValueError(
+                f"fault {self.kind}: group must be one of {LINK_GROUPS}, got {self.group!r}"
+            )
+        if self.mode is not None and self.mode not in DESYNC_MODES:
+            raise ValueError(
+                f"fault {self.kind}: mode must be one of {DESYNC_MODES}, got {self.mode!r}"
+            )
+        if self.procs is not None and not 1 <= self.procs <= 64:
+            raise ValueError(f"fault {self.kind}: procs must be in [1, 64], got {self.procs}")
+
+    @property
+    def link_group(self) -> str:
+        """The group a ``slow_link`` slows (``tp`` when not given)."""
+        return self.group or "tp"
+
+    @property
+    def busy_procs(self) -> int:
+        """Busy processes of a ``cpu_contention`` (2 when not given)."""
+        return self.procs or 2
 
     @property
     def text(self) -> str:
@@ -159,8 +264,9 @@ def faults_ground_truth(
     """The injected faults as records, the ground truth the analyzer is scored against.
 
     Each record has ``kind``, ``rank``, ``factor``, ``from_step``, ``until_step`` (None =
-    to the end) and ``spec`` (the canonical string); with ``mesh_shape`` ({"dp", "tp", "pp"}
-    degrees) also the rank's mesh coordinates ``dp``, ``tp``, ``pp``. ``none`` is left out.
+    to the end) and ``spec`` (the canonical string), plus each of ``delay_ms``, ``group``,
+    ``mode``, ``procs`` the spec sets; with ``mesh_shape`` ({"dp", "tp", "pp"} degrees) also
+    the rank's mesh coordinates ``dp``, ``tp``, ``pp``. ``none`` is left out.
     """
     records = []
     for spec in specs:
@@ -174,6 +280,11 @@ def faults_ground_truth(
             "until_step": spec.until_step,
             "spec": spec.text,
         }
+        record.update({k: getattr(spec, k) for k in _PARAMS[1:] if getattr(spec, k) is not None})
+        if spec.kind == "slow_link":
+            record["group"] = spec.link_group
+        if spec.kind == "cpu_contention":
+            record["procs"] = spec.busy_procs
         if mesh_shape is not None and spec.rank is not None:
             record.update(coords_of(spec.rank, mesh_shape))
         records.append(record)
