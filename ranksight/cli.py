@@ -169,6 +169,15 @@ def agent(
     )
 
 
+def _register_extra_commands() -> None:
+    from ranksight.synth_cli import synth
+
+    app.command("synth")(synth)
+
+
+_register_extra_commands()
+
+
 def main() -> None:
     """Console-script entry point."""
     try:
