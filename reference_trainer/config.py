@@ -18,7 +18,7 @@ DTYPES = ("fp32", "bf16")
 """Compute dtypes; ``bf16`` uses FSDP2 mixed precision (params bf16, gradient reduce fp32)."""
 DP_MODES = ("replicate", "fsdp")
 """Data-parallel flavours: FSDP2 ``replicate`` (all_reduce of gradients) or ``fully_shard``."""
-HOOK_LEVELS = ("off", "default")
+HOOK_LEVELS = ("off", "default", "detailed")
 """``ranksight.trainer_hooks`` levels the trainer can ask for."""
 
 

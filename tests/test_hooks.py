@@ -20,7 +20,10 @@ def test_every_rank_records_identity_steps_and_phases(job):
     assert len(steps) == 12 and set(steps["step"]) == {0, 1, 2}
     assert (steps["end_ns"] > steps["start_ns"]).all()
     phases = job["phases"]
-    assert len(phases) == 4 * 3 * 2
+    assert len(phases[phases["phase"] != "gc"]) == 4 * 3 * 2
+    gc_pauses = phases[phases["phase"] == "gc"]
+    assert (gc_pauses["end_ns"] - gc_pauses["start_ns"] >= 100_000).all()
+    assert set(gc_pauses["microbatch"]) <= {0, 1, 2}  # the generation collected
     runs = job["runs"]
     assert list(runs["status"]) == ["running", "finished"]
     assert '"test": true' in runs["meta_json"].iloc[0]

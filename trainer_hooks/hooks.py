@@ -14,6 +14,7 @@ Usage (after ``init_process_group``)::
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
@@ -25,9 +26,16 @@ from typing import Any
 import psutil
 import torch.distributed as dist
 
-from .collectives import BlockedClock, CollectiveRecorder
+from ranksight import env
+
+from .api_patch import instrument_ddp, patch_api
+from .collective_log import BlockedClock, CollectiveLog
+from .collectives import DispatchRecorder
+from .completeness import DispatchCounter, write_counts
 from .config import HooksConfig
+from .gc_pauses import GcRecorder
 from .spool import SpoolWriter, spool_path
+from .waits import patch_async_waits, patch_work_wait
 
 
 class _Phase:
@@ -98,6 +106,7 @@ class _Step:
                 "rss_bytes": h._rss(),
             }
         )
+        h._log.drain()
         h._put_stats()
         h._step = -1
 
@@ -118,6 +127,7 @@ class Hooks:
         meta: dict[str, Any] | None = None,
     ) -> None:
         self.config = config
+        self._counter: DispatchCounter | None = None
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self._step = -1
@@ -165,12 +175,28 @@ class Hooks:
                 "meta_json": json.dumps(meta or {}, default=str),
             }
             self._put_run("running")
-        self._recorder = CollectiveRecorder(self._put, self._context, self._clock)
-        self._undo = [self._recorder.wrap_work_wait(), self._recorder.wrap_async_waits()]
-        self._recorder.__enter__()
+        self._log = CollectiveLog(self._put, self._context, self._clock)
+        self._undo = [
+            patch_work_wait(self._log),
+            patch_async_waits(self._log),
+            patch_api(self._log),
+        ]
+        self._gc = GcRecorder(self._put, lambda: self._step)
+        self._undo.append(self._gc.install())
+        self._mode = DispatchRecorder(self._log) if config.level == "detailed" else None
+        if self._mode is not None:
+            self._mode.__enter__()
+        if os.environ.get(env.VERIFY_COUNTS) == "1":
+            self._counter = DispatchCounter()
+            self._counter.__enter__()
+            self._hook_counts: collections.Counter[str] = collections.Counter()
+            self._hook_ops: collections.Counter[str] = collections.Counter()
 
     # ------------------------------------------------------------------ internals
     def _put(self, record: dict[str, Any]) -> None:
+        if self._counter is not None and record["t"] == "collectives":
+            self._hook_counts[record["group_id"]] += 1
+            self._hook_ops[f"{record['group_id']} {record['op']}"] += 1
         self._spool.put(record)
 
     def _context(self) -> tuple[int, str]:
@@ -209,7 +235,8 @@ class Hooks:
         return {
             "records": self._spool.records,
             "dropped": self._spool.dropped,
-            "errors": self._recorder.errors,
+            "errors": self._log.errors,
+            "collectives": self._log.issued,
         }
 
     def step(self, step: int) -> _Step:
@@ -229,22 +256,33 @@ class Hooks:
 
         instrument_stage(self, stage)
 
+    def instrument_ddp(self, model: Any) -> None:
+        """Make a DistributedDataParallel model's bucket all_reduces visible to the
+        default level (installs the stock all_reduce comm hook). Raises TypeError for a
+        model that is not DDP."""
+        instrument_ddp(model)
+
     def close(self, status: str = "finished") -> dict[str, int]:
         """Stop recording, write what is buffered, and (rank 0) mark the run ``status``.
         Returns :attr:`stats`. Safe to call twice."""
         if self._closed:
             return self.stats
         self._closed = True
-        try:
-            self._recorder.__exit__(None, None, None)
-        except Exception:  # the mode stack may have been unwound by the script
-            pass
-        for undo in self._undo:
+        for mode in (self._counter, self._mode):
+            if mode is not None:
+                try:
+                    mode.__exit__(None, None, None)
+                except Exception:  # the mode stack may have been unwound by the script
+                    pass
+        for undo in reversed(self._undo):
             undo()
-        self._recorder.flush_pending()
+        self._log.flush()
         self._put_stats()
         self._put_run(status)
         self._spool.close()
+        if self._counter is not None:
+            path = os.path.join(os.path.dirname(self._spool.path), f"counts-rank{self.rank}.json")
+            write_counts(path, dict(self._hook_counts), self._counter)
         _detach()
         return self.stats
 
@@ -267,7 +305,7 @@ class NoopHooks:
     """Same API as :class:`Hooks`, records nothing (level ``off``, or attach failed)."""
 
     run_id = ""
-    stats: dict[str, int] = {"records": 0, "dropped": 0, "errors": 0}
+    stats: dict[str, int] = {"records": 0, "dropped": 0, "errors": 0, "collectives": 0}
 
     class _Null:
         def __enter__(self):
@@ -290,6 +328,9 @@ class NoopHooks:
         return self._NULL
 
     def instrument_pipeline_stage(self, stage: Any) -> None:
+        """Does nothing."""
+
+    def instrument_ddp(self, model: Any) -> None:
         """Does nothing."""
 
     def close(self, status: str = "finished") -> dict[str, int]:

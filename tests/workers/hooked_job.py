@@ -47,7 +47,8 @@ for step in range(3):
             x = torch.ones(1000)
             dist.all_reduce(x)
             dt = distribute_tensor(torch.ones(8, 4), mesh["tp"], [Shard(0)])
-            dt.redistribute(mesh["tp"], [Replicate()]).to_local()
+            gathered = dt.redistribute(mesh["tp"], [Replicate()]).to_local()
+            assert float(gathered.sum()) == 32.0
         with hooks.phase("backward"):
             peer = rank ^ 1
             ops = [dist.P2POp(dist.isend, x, peer), dist.P2POp(dist.irecv, torch.empty(1000), peer)]
@@ -61,6 +62,6 @@ for step in range(3):
         dist.barrier()
         s.set(loss=1.0 / (step + 1), tokens=1000, lr=1e-3)
 stats = hooks.close()
-assert stats["errors"] == 0, hooks._recorder.last_error
+assert stats["errors"] == 0, hooks._log.last_error
 print(f"rank {rank} stats {stats}", flush=True)
 dist.destroy_process_group()

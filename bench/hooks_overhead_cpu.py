@@ -1,0 +1,97 @@
+"""Step time of the reference trainer at each hook level, side by side in one run.
+
+Runs the 8-rank CPU/gloo reference trainer (DP2 x TP2 x PP2) with ``--hooks off``,
+``default`` and ``detailed`` in rotating order, round after round, reads each run's per-rank
+step times from its ``--summary``, drops the first ``--warmup`` steps, and prints the
+median step time of each level and their ratio. Also times one full ``ranksight demo``
+(install excluded). Results go to bench/RESULTS.md by hand, with the machine.
+
+    python bench/hooks_overhead_cpu.py --pairs 3 --steps 12
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def run_trainer(level: str, steps: int, workdir: str) -> list[float]:
+    """One torchrun of the trainer; returns step seconds (every rank, every step)."""
+    summary = os.path.join(workdir, f"summary-{level}-{time.time_ns()}.json")
+    env = {**os.environ, "RANKSIGHT_HOME": workdir, "OMP_NUM_THREADS": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=8",
+        "-m",
+        "ranksight.reference_trainer.train",
+        "--dp",
+        "2",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--steps",
+        str(steps),
+        "--hooks",
+        level,
+        "--summary",
+        summary,
+    ]
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(summary) as f:
+        doc = json.load(f)
+    return doc["step_seconds_by_rank"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pairs", type=int, default=3, help="rounds of off/default/detailed")
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--warmup", type=int, default=2, help="leading steps dropped")
+    p.add_argument("--no-demo", action="store_true", help="skip timing the demo")
+    a = p.parse_args()
+    levels = ("off", "default", "detailed")
+    times: dict[str, list[float]] = {level: [] for level in levels}
+    with tempfile.TemporaryDirectory() as work:
+        for i in range(a.pairs):
+            for level in levels[i % 3 :] + levels[: i % 3]:  # rotate the order each round
+                by_rank = run_trainer(level, a.steps, work)
+                for secs in by_rank.values():
+                    times[level] += secs[a.warmup :]
+                print(
+                    f"pair {i} {level}: median {statistics.median(times[level]) * 1e3:.0f} ms",
+                    flush=True,
+                )
+        med = {level: statistics.median(times[level]) for level in levels}
+        print(
+            f"machine: {platform.node()} {os.cpu_count()} cores, {platform.processor() or platform.machine()}"
+        )
+        for level in levels:
+            print(
+                f"step time hooks {level:<9}: {med[level] * 1e3:.1f} ms "
+                f"(median of {len(times[level])}), ratio to off {med[level] / med['off']:.3f}"
+            )
+        if not a.no_demo:
+            env = {**os.environ, "RANKSIGHT_HOME": work}
+            t0 = time.monotonic()
+            rc = subprocess.run(
+                [sys.executable, "-m", "ranksight.cli", "demo"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            ).returncode
+            print(f"demo wall time          : {time.monotonic() - t0:.1f} s (exit code {rc})")
+
+
+if __name__ == "__main__":
+    main()

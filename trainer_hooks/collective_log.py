@@ -1,0 +1,202 @@
+"""Bookkeeping shared by both ways of seeing collectives (API wrappers and dispatch mode).
+
+One record per collective or P2P op, with the ``collectives`` table's columns (less
+run_id/attempt/rank) and ``"t": "collectives"``. Its end is known from a Work future's
+callback (which runs on the backend's thread and only stamps the time), a Work.wait that
+returns, or a wait on a functional collective's output. Records are emitted from the
+training thread at the next issue, wait or step end, so the blocked time of a wait that
+follows completion is still on the record; ops never completed are emitted at close with
+``end_ns`` 0.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .groups import GroupInfo, GroupRegistry
+
+_C = torch._C._distributed_c10d
+MAX_PENDING = 10_000
+"""Ops awaiting completion at most; past this the oldest is emitted with ``end_ns`` 0."""
+
+
+def tensors_of(x: Any) -> list[torch.Tensor]:
+    """Every tensor in ``x`` (a tensor or nested lists/tuples of tensors)."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for item in x for t in tensors_of(item)]
+    return []
+
+
+def sizes_of(x: Any) -> tuple[int, int, str]:
+    """(element count, bytes, dtype name) over every tensor in ``x``."""
+    ts = tensors_of(x)
+    if not ts:
+        return 0, 0, ""
+    numel = sum(t.numel() for t in ts)
+    nbytes = sum(t.numel() * t.element_size() for t in ts)
+    return numel, nbytes, str(ts[0].dtype).removeprefix("torch.")
+
+
+def storage_key(t: torch.Tensor) -> int:
+    """Identity of a tensor's memory, shared by the wrappers around it (an
+    AsyncCollectiveTensor is keyed by the tensor it wraps)."""
+    t = getattr(t, "elem", t)
+    try:
+        return t.untyped_storage().data_ptr() or id(t)
+    except (RuntimeError, NotImplementedError):
+        return id(t)
+
+
+class BlockedClock:
+    """Process-wide sum of nanoseconds training threads spent blocked waiting for
+    collectives. Phases read it at entry and exit; their difference is the phase's
+    ``wait_ns``."""
+
+    def __init__(self) -> None:
+        self.total_ns = 0
+
+
+class CollectiveLog:
+    """Sequence numbers per group (P2P: per peer and direction), record building and
+    completion tracking. ``emit`` takes finished records; ``context`` gives the current
+    ``(step, phase)``. Bookkeeping errors are counted in ``errors``, never raised."""
+
+    def __init__(
+        self,
+        emit: Callable[[dict[str, Any]], None],
+        context: Callable[[], tuple[int, str]],
+        clock: BlockedClock,
+    ) -> None:
+        self.emit = emit
+        self.context = context
+        self.clock = clock
+        self.groups = GroupRegistry()
+        self.local = threading.local()
+        self.errors = 0
+        self.last_error = ""
+        self.issued = 0
+        self._seq: dict[Any, int] = {}
+        self._by_tensor: dict[int, dict[str, Any]] = {}
+        self._by_work: dict[int, tuple[Any, dict[str, Any]]] = {}
+        self._no_future: list[tuple[dict[str, Any], Any]] = []
+        self._done: collections.deque[dict[str, Any]] = collections.deque()
+
+    def note_error(self, e: BaseException) -> None:
+        """Count a bookkeeping failure (training goes on)."""
+        self.errors += 1
+        self.last_error = f"{type(e).__name__}: {e}"
+
+    # ------------------------------------------------------------------ issue
+    def issue(
+        self, op: str, info: GroupInfo, peer: int, direction: str, x_in: Any, x_out: Any, t0: int
+    ) -> dict[str, Any]:
+        """A new record for an op issued at ``t0`` (ns). ``direction`` is "send"/"recv"
+        for P2P (sequence per peer and direction), "" for collectives."""
+        key = (info.group_id, direction, peer) if direction else info.group_id
+        seq = self._seq.get(key, 0)
+        self._seq[key] = seq + 1
+        step, phase = self.context()
+        n_in, b_in, dtype = sizes_of(x_in)
+        n_out, b_out, dtype_out = sizes_of(x_out)
+        self.issued += 1
+        self.drain()
+        return {
+            "t": "collectives", "step": step, "phase": phase, "group_id": info.group_id,
+            "group_ranks": info.ranks_str, "group_seq": seq, "op": op, "peer": peer,
+            "dtype": dtype or dtype_out, "numel_in": n_in, "numel_out": n_out,
+            "bytes": max(b_in, b_out), "enqueue_ns": t0, "start_ns": t0, "end_ns": 0, "wait_ns": 0,
+        }  # fmt: skip
+
+    def complete(self, rec: dict[str, Any], end_ns: int | None = None) -> None:
+        """Set the record's end (now by default) and emit it (training thread only)."""
+        rec["end_ns"] = end_ns or time.time_ns()
+        self.emit(rec)
+
+    def _done_callback(self, rec: dict[str, Any]) -> None:
+        rec["end_ns"] = time.time_ns()
+        self._done.append(rec)
+
+    def drain(self) -> None:
+        """Emit the records whose futures completed since the last drain."""
+        done = self._done
+        while done:
+            self.emit(done.popleft())
+
+    # ------------------------------------------------------------------ Work
+    def track_work(self, rec: dict[str, Any], work: Any) -> None:
+        """Complete ``rec`` when ``work`` (a Work or its boxed ScriptObject) finishes: by
+        its future's callback, else (gloo P2P has no future) when a later wait returns."""
+        if isinstance(work, torch.ScriptObject):
+            work = _C.Work.unbox(work)
+        self._by_work[id(work)] = (work, rec)
+        if len(self._by_work) > MAX_PENDING:  # never waited on: forget the oldest mapping
+            self._by_work.pop(next(iter(self._by_work)))
+        try:
+            fut = work.get_future()
+        except RuntimeError:
+            self._no_future.append((rec, work))
+            return
+        fut.add_done_callback(lambda _f, rec=rec: self._done_callback(rec))
+
+    def waited_on_work(self, work: Any, dt: int) -> None:
+        """A Work.wait on ``work`` blocked ``dt`` ns: charge it to its record if known,
+        then complete the future-less ops that have finished."""
+        entry = self._by_work.pop(id(work), None)
+        if entry is not None and entry[1]["wait_ns"] == 0:
+            entry[1]["wait_ns"] = dt
+        if self._no_future:
+            still = []
+            for rec, w in self._no_future:
+                if w.is_completed():
+                    self.complete(rec)
+                else:
+                    still.append((rec, w))
+            self._no_future = still
+        self.drain()
+
+    # ------------------------------------------------------------------ functional
+    def track_output(self, rec: dict[str, Any], out: Any) -> None:
+        """A functional collective's output: completed when someone waits on it."""
+        for t in tensors_of(out):
+            old = self._by_tensor.get(storage_key(t))
+            if (
+                old is not None and old is not rec
+            ):  # memory reused: the old one was dropped unwaited
+                self.emit(old)
+            self._by_tensor[storage_key(t)] = rec
+        if len(self._by_tensor) > MAX_PENDING:
+            self.emit(self._by_tensor.pop(next(iter(self._by_tensor))))
+
+    def waited_on_tensor(self, tensor: Any, t0: int, t1: int) -> None:
+        """A wait on a functional collective's output blocked from t0 to t1 (ns)."""
+        self.clock.total_ns += t1 - t0
+        if not isinstance(tensor, torch.Tensor):
+            return
+        rec = self._by_tensor.pop(storage_key(tensor), None)
+        if rec is not None:
+            rec["wait_ns"] = t1 - t0
+            self.complete(rec, t1)
+
+    def flush(self) -> int:
+        """Emit what completed, then every op not yet completed (``end_ns`` 0); returns
+        how many were incomplete."""
+        self.drain()
+        pending = {id(r): r for r in self._by_tensor.values()}
+        pending.update({id(r): r for r, _ in self._no_future})
+        pending.update({id(r): r for _, r in self._by_work.values() if r["end_ns"] == 0})
+        pending = {k: r for k, r in pending.items() if r["end_ns"] == 0}
+        self._by_tensor.clear()
+        self._no_future.clear()
+        self._by_work.clear()
+        for rec in pending.values():
+            self.emit(rec)
+        self.drain()
+        return len(pending)
