@@ -1,0 +1,5 @@
+"""The Streamlit script ``ranksight ui`` runs: ``streamlit run ui/app.py``."""
+
+from ranksight.ui.shell import main
+
+main()

@@ -1,0 +1,38 @@
+"""The web UI's settings: one small config, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(kw_only=True, slots=True)
+class UiConfig:
+    """How much the UI reads and draws, and how often a live run refreshes."""
+
+    refresh_s: float = 5.0
+    """Seconds between checks for new data on a running run's pages."""
+    hang_after_s: float = 300.0
+    """A ``running`` run with no new step for this long (and 20x its median step) is shown
+    as hung."""
+    heatmap_rows: int = 256
+    """Most rank rows the heatmap draws; more ranks are binned (max and mean per bin)."""
+    heatmap_cols: int = 400
+    """Most step columns the heatmap draws; more steps are binned."""
+    timeline_ranks: int = 64
+    """Most ranks one timeline draws (a window of the mesh order around the selection)."""
+    overview_points: int = 1000
+    """Most points per series on the overview (steps are binned above this)."""
+    skip_steps: int = 1
+    """First steps left out of per-rank summaries (connection set-up, warm-up), as the
+    analyzer's ``StragglerConfig.skip_steps``."""
+
+    def __post_init__(self) -> None:
+        if self.refresh_s <= 0:
+            raise ValueError(f"refresh_s must be > 0, got {self.refresh_s}")
+        if self.hang_after_s <= 0:
+            raise ValueError(f"hang_after_s must be > 0, got {self.hang_after_s}")
+        for name in ("heatmap_rows", "heatmap_cols", "timeline_ranks", "overview_points"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.skip_steps < 0:
+            raise ValueError(f"skip_steps must be >= 0, got {self.skip_steps}")

@@ -1,0 +1,227 @@
+"""The rank x step heatmap, aggregated in the store to at most rows x cols cells.
+
+Metrics (ns per rank and step; the cell shows the largest value in its bin, so one slow
+rank is not averaged away, and the hover also gives the mean):
+
+- ``compute``: self time of forward, backward and optimizer (phase time minus the time
+  blocked on collectives inside it), as the analyzer's straggler test uses;
+- ``waited``: time this rank waited on others: in each collective, the last member's
+  enqueue time minus its own; for a recv, the send's enqueue minus its own (the
+  analyzer's arrival-order wait-for edges);
+- ``waited_on``: time others waited on this rank: the same waits, charged to the last
+  arriver of each collective and to the sender of each send/recv pair;
+- ``collective``: time in collectives and send/recv (end minus start), including any
+  wait for the last arriver.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ranksight.store import Store
+
+from .run import RUN, RunView, ordered_ranks, weights_for
+
+METRICS = {
+    "compute": "compute time (self time of forward, backward, optimizer)",
+    "waited": "time waited on others (collective arrival order, send/recv)",
+    "waited_on": "time others waited on this rank",
+    "collective": "time in collectives and send/recv",
+}
+"""Metric name -> what it shows (the UI's label)."""
+
+_STEPS = "step >= %(s_lo)s AND step <= %(s_hi)s"
+
+_COMPUTE = f"""
+SELECT toInt64(rank) AS r, toInt64(step) AS s, toFloat64(sum(end_ns - start_ns - wait_ns)) AS val
+FROM phases
+WHERE {RUN} AND {_STEPS} AND phase IN ('forward', 'backward', 'optimizer')
+GROUP BY rank, step
+"""
+
+_COLLECTIVE = f"""
+SELECT toInt64(rank) AS r, toInt64(step) AS s, toFloat64(sum(end_ns - start_ns)) AS val
+FROM collectives
+WHERE {RUN} AND {_STEPS} AND end_ns > 0
+GROUP BY rank, step
+"""
+
+# {coll_who}/{p2p_who}: which rank a wait is charged to (the waiter or the one waited on).
+_WAITS = f"""
+SELECT r, s, sum(w) AS val
+FROM
+(
+    SELECT {{coll_who}} AS r, toInt64(step) AS s, toFloat64(max_enq - enqueue_ns) AS w
+    FROM
+    (
+        SELECT rank, group_id, group_seq, step, enqueue_ns
+        FROM collectives WHERE {RUN} AND {_STEPS} AND peer = -1
+    ) AS member
+    ALL INNER JOIN
+    (
+        SELECT group_id, group_seq, max(enqueue_ns) AS max_enq,
+               argMax(rank, enqueue_ns) AS last_rank
+        FROM collectives WHERE {RUN} AND {_STEPS} AND peer = -1
+        GROUP BY group_id, group_seq
+    ) AS instance USING (group_id, group_seq)
+    UNION ALL
+    SELECT {{p2p_who}} AS r, toInt64(step) AS s, toFloat64(greatest(send_enq - enqueue_ns, 0)) AS w
+    FROM
+    (
+        SELECT group_id, toInt64(rank) AS dst, toInt64(peer) AS src, group_seq, step, enqueue_ns
+        FROM collectives WHERE {RUN} AND {_STEPS} AND op = 'recv' AND peer >= 0
+    ) AS recv_side
+    ALL INNER JOIN
+    (
+        SELECT group_id, toInt64(rank) AS src, toInt64(peer) AS dst, group_seq,
+               enqueue_ns AS send_enq
+        FROM collectives WHERE {RUN} AND op = 'send' AND peer >= 0
+    ) AS send_side USING (group_id, src, dst, group_seq)
+) AS waits
+GROUP BY r, s
+"""
+
+_INNER = {
+    "compute": _COMPUTE,
+    "collective": _COLLECTIVE,
+    "waited": _WAITS.format(coll_who="toInt64(rank)", p2p_who="dst"),
+    "waited_on": _WAITS.format(coll_who="toInt64(last_rank)", p2p_who="src"),
+}
+
+_BINNED = f"""
+SELECT intDiv(pos, %(rb)s) AS rbin, intDiv(s - %(s_lo)s, %(sb)s) AS sbin,
+       max(val) AS vmax, avg(val) AS vmean, argMax(r, val) AS worst_rank,
+       argMax(s, val) AS worst_step, count() AS cells
+FROM
+(
+{{inner}}
+) AS m
+ALL INNER JOIN
+(
+    SELECT toInt64(rank) AS r,
+           toInt64(any(dp) * %(w_dp)s + any(tp) * %(w_tp)s + any(pp) * %(w_pp)s
+                   + rank * %(w_rank)s) AS pos
+    FROM ranks WHERE {RUN}
+    GROUP BY rank
+) AS p USING (r)
+GROUP BY rbin, sbin
+"""
+
+STEP_RANGE = f"SELECT count() AS n, min(step) AS lo, max(step) AS hi FROM steps WHERE {RUN}"
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    """A binned rank x step matrix. Arrays are [rows, cols]; values in ms (NaN: no data).
+
+    Row i holds the ranks at positions [i*rank_bin, (i+1)*rank_bin) of the chosen order
+    (``row_ranks[i]``, labelled ``row_labels[i]``); column j the steps
+    [step_lo + j*step_bin, ...] (first step ``col_steps[j]``). ``worst_rank`` and
+    ``worst_step`` name the cell's largest value (-1 where empty)."""
+
+    metric: str
+    vmax_ms: np.ndarray
+    vmean_ms: np.ndarray
+    worst_rank: np.ndarray
+    worst_step: np.ndarray
+    row_labels: list[str]
+    row_ranks: list[list[int]]
+    col_steps: list[int]
+    rank_bin: int
+    step_bin: int
+    step_lo: int
+    step_hi: int
+    culprit_rows: dict[int, int]
+    """culprit rank -> the row it is in."""
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(rows, cols)."""
+        return self.vmax_ms.shape
+
+
+def step_range(store: Store, run: RunView) -> tuple[int, int] | None:
+    """(first, last) step recorded for the run; None if it has no step records yet."""
+    got = store.query(STEP_RANGE, run.params)
+    if got.empty or int(got["n"].iloc[0]) == 0:
+        return None
+    return int(got["lo"].iloc[0]), int(got["hi"].iloc[0])
+
+
+def load_heatmap(
+    store: Store,
+    run: RunView,
+    metric: str,
+    order: tuple[str, ...],
+    steps: tuple[int, int],
+    max_rows: int,
+    max_cols: int,
+) -> Heatmap:
+    """Bin ``metric`` over the run's ranks (in ``order``, see ``run.position_weights``)
+    and steps ``steps`` (inclusive) into at most ``max_rows`` x ``max_cols`` cells, in
+    the store. Raises ValueError for an unknown metric or empty step range, StoreError."""
+    if metric not in _INNER:
+        raise ValueError(f"unknown heatmap metric {metric!r}; known: {', '.join(METRICS)}")
+    s_lo, s_hi = steps
+    if s_hi < s_lo:
+        raise ValueError(f"empty step range {s_lo}..{s_hi}")
+    ranks = ordered_ranks(run.ranks, order, run.shape)
+    n_pos = int(ranks["pos"].max()) + 1 if len(ranks) else 0
+    rb, sb = max(1, math.ceil(n_pos / max_rows)), max(1, math.ceil((s_hi - s_lo + 1) / max_cols))
+    params = {**run.params, **weights_for(run.ranks, order, run.shape)}
+    params.update(s_lo=s_lo, s_hi=s_hi, rb=rb, sb=sb)
+    cells = store.query(_BINNED.format(inner=_INNER[metric]), params)
+    return _assemble(metric, cells, ranks, rb, sb, s_lo, s_hi, run.culprits)
+
+
+def _assemble(metric, cells, ranks, rb, sb, s_lo, s_hi, culprits) -> Heatmap:
+    """The Heatmap from the binned rows of the query."""
+    n_rows = max(1, math.ceil((int(ranks["pos"].max()) + 1) / rb)) if len(ranks) else 0
+    n_cols = math.ceil((s_hi - s_lo + 1) / sb)
+    grids = {k: np.full((n_rows, n_cols), np.nan) for k in ("vmax", "vmean", "wr", "ws")}
+    if not cells.empty:
+        i, j = cells["rbin"].to_numpy(int), cells["sbin"].to_numpy(int)
+        keep = (i >= 0) & (i < n_rows) & (j >= 0) & (j < n_cols)
+        for key, col in (
+            ("vmax", "vmax"),
+            ("vmean", "vmean"),
+            ("wr", "worst_rank"),
+            ("ws", "worst_step"),
+        ):
+            grids[key][i[keep], j[keep]] = cells[col].to_numpy(float)[keep]
+    rows = [ranks[(ranks["pos"] // rb) == r] for r in range(n_rows)]
+    row_of = {int(rk): int(p // rb) for rk, p in zip(ranks["rank"], ranks["pos"], strict=True)}
+    return Heatmap(
+        metric=metric,
+        vmax_ms=grids["vmax"] / 1e6,
+        vmean_ms=grids["vmean"] / 1e6,
+        worst_rank=np.nan_to_num(grids["wr"], nan=-1).astype(int),
+        worst_step=np.nan_to_num(grids["ws"], nan=-1).astype(int),
+        row_labels=[bin_label(b) for b in rows],
+        row_ranks=[[int(x) for x in b["rank"]] for b in rows],
+        col_steps=[s_lo + j * sb for j in range(n_cols)],
+        rank_bin=rb,
+        step_bin=sb,
+        step_lo=s_lo,
+        step_hi=s_hi,
+        culprit_rows={c: row_of[c] for c in culprits if c in row_of},
+    )
+
+
+def bin_label(ranks: pd.DataFrame) -> str:
+    """A row's label: ``"r5 dp1 tp1 pp0"`` for one rank; for several, the count and each
+    coordinate's value or range, e.g. ``"64 ranks pp0 tp0 dp0-63"``."""
+    if ranks.empty:
+        return "(no ranks)"
+    if len(ranks) == 1:
+        r = ranks.iloc[0]
+        return f"r{int(r['rank'])} dp{int(r['dp'])} tp{int(r['tp'])} pp{int(r['pp'])}"
+    parts = [f"{len(ranks)} ranks"]
+    for axis in ("pp", "tp", "dp"):
+        lo, hi = int(ranks[axis].min()), int(ranks[axis].max())
+        parts.append(f"{axis}{lo}" if lo == hi else f"{axis}{lo}-{hi}")
+    return " ".join(parts)

@@ -1,0 +1,65 @@
+"""The run overview's figure: step time and throughput over steps, culprit onsets marked."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+
+def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> go.Figure:
+    """Top: step wall time and the slowest rank's step time (ms); bottom: tokens/s (and
+    MFU on a second axis where known). ``onsets`` maps culprit rank -> onset step, drawn
+    as dashed lines. Trace 0 is the step time (one point per step bin)."""
+    has_mfu = series["mfu"].notna().any()
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        specs=[[{}], [{"secondary_y": True}]],
+        subplot_titles=(
+            "step time (ms)",
+            "throughput (tokens/s)" + (" and MFU" if has_mfu else ""),
+        ),
+    )
+    x = series["first_step"]
+    fig.add_trace(
+        go.Scatter(x=x, y=series["step_ms"], name="step time", mode="lines+markers"), row=1, col=1
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=series["slowest_rank_ms"],
+            name="slowest rank",
+            mode="lines",
+            line={"dash": "dot"},
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Scatter(x=x, y=series["tokens_per_s"], name="tokens/s", mode="lines+markers"),
+        row=2,
+        col=1,
+    )
+    if has_mfu:
+        fig.add_trace(
+            go.Scatter(x=x, y=series["mfu"] * 100, name="MFU %", mode="lines"),
+            row=2,
+            col=1,
+            secondary_y=True,
+        )
+    for rank, step in onsets.items():
+        fig.add_vline(
+            x=step,
+            line={"color": "#d62728", "dash": "dash"},
+            annotation_text=f"rank {rank} slow from here",
+        )
+    fig.update_layout(
+        height=480,
+        margin={"l": 10, "r": 10, "t": 40, "b": 40},
+        legend={"orientation": "h", "y": -0.1},
+    )
+    fig.update_xaxes(title_text="step", row=2, col=1)
+    return fig

@@ -1,0 +1,37 @@
+"""Live refresh: a running run's pages rerun themselves when new steps land."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ranksight.ui import cache
+from ranksight.ui.data.run import data_watermark
+
+
+def watch(url: str, run, mark: tuple, refresh_s: float) -> None:
+    """Check the run's data watermark every ``refresh_s`` seconds (in a fragment, so only
+    the check reruns) and rerun the whole page when it moved past ``mark``."""
+
+    @st.fragment(run_every=refresh_s)
+    def _check() -> None:
+        now = data_watermark(cache.store_for(url), run)
+        if now != mark:
+            st.rerun(scope="app")
+        st.caption(
+            f"live: this run is still running; the page refreshes when new steps land (checked every {refresh_s:g} s)"
+        )
+
+    _check()
+
+
+def watch_runs(url: str, count: int, refresh_s: float) -> None:
+    """On the Runs page: rerun when the number of run rows changes (a new run, a status
+    change), checked every ``refresh_s`` seconds."""
+
+    @st.fragment(run_every=refresh_s)
+    def _check() -> None:
+        got = cache.store_for(url).query("SELECT count() AS n FROM runs")
+        if int(got["n"].iloc[0]) != count:
+            st.rerun(scope="app")
+
+    _check()

@@ -1,0 +1,1 @@
+"""One Streamlit page per module: each has ``render(ctx)`` (see ``ranksight.ui.context``)."""

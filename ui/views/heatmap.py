@@ -1,0 +1,115 @@
+"""Heatmap: rank x step, colored by a chosen metric, ranks in mesh order, culprits
+marked; hover gives the numbers, a click selects that cell's rank and step."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ranksight.ui import cache
+from ranksight.ui.context import PageContext, go, link_button
+from ranksight.ui.data.heatmap import METRICS, Heatmap
+from ranksight.ui.data.run import ORDERS
+from ranksight.ui.figures.heatmap import heatmap_figure
+from ranksight.ui.guard import NoData
+
+
+def render(ctx: PageContext) -> None:
+    """The Heatmap page."""
+    run, sel = ctx.run, ctx.sel
+    st.header(f"Heatmap — {run.run_id}")
+    span = cache.step_range(ctx.url, run, ctx.mark)
+    if span is None:
+        raise NoData(
+            f"Run {run.run_id} has no step records yet; the heatmap fills in as steps land."
+        )
+    c1, c2, c3 = st.columns([2, 1, 2])
+    metric = c1.selectbox(
+        "Metric", list(METRICS), index=list(METRICS).index(sel.metric), format_func=METRICS.get
+    )
+    order = c2.selectbox("Rank order", list(ORDERS), index=list(ORDERS).index(sel.order))
+    steps = span
+    if span[1] > span[0]:
+        steps = c3.slider("Steps", span[0], span[1], value=span, key=f"hm_steps_{span}")
+    if (metric, order) != (sel.metric, sel.order):
+        go(sel, metric=metric, order=order)
+    h = cache.heatmap_cells(
+        ctx.url,
+        run,
+        ctx.mark,
+        metric,
+        ORDERS[order],
+        tuple(steps),
+        ctx.cfg.heatmap_rows,
+        ctx.cfg.heatmap_cols,
+    )
+    st.caption(_resolution(h, len(run.ranks)))
+    fig = heatmap_figure(h, sel.rank, sel.step)
+    event = st.plotly_chart(
+        fig, width="stretch", on_select="rerun", selection_mode="points", key="heatmap_chart"
+    )
+    _follow_click(ctx, h, event)
+    _selected(ctx, h)
+
+
+def _resolution(h: Heatmap, world: int) -> str:
+    rows, cols = h.shape
+    text = f"{world} ranks in {rows} rows"
+    text += (
+        ""
+        if h.rank_bin == 1
+        else f" ({h.rank_bin} ranks per row; a cell shows the largest value, hover for the mean)"
+    )
+    text += f", steps {h.step_lo}..{h.step_hi} in {cols} columns" + (
+        "" if h.step_bin == 1 else f" ({h.step_bin} steps each)"
+    )
+    return text + ". Click a cell to select its rank and step."
+
+
+def cell_target(h: Heatmap, x: float, y: float) -> tuple[int, int] | None:
+    """(rank, step) a click at heatmap coordinates (step x, row y) selects: the cell's
+    own rank and step when unbinned, else its largest value's; None outside."""
+    row = int(round(y))
+    if not 0 <= row < h.shape[0] or not h.col_steps:
+        return None
+    col = int((float(x) - h.step_lo) // h.step_bin)
+    if not 0 <= col < h.shape[1]:
+        return None
+    rank, step = int(h.worst_rank[row, col]), int(h.worst_step[row, col])
+    if rank < 0:
+        rank, step = h.row_ranks[row][0], h.col_steps[col]
+    return rank, step
+
+
+def _follow_click(ctx: PageContext, h: Heatmap, event) -> None:
+    points = (event or {}).get("selection", {}).get("points", []) if event else []
+    for p in points:
+        if p.get("curve_number", 0) != 0 or "x" not in p or "y" not in p:
+            continue
+        target = cell_target(h, p["x"], p["y"])
+        if target and target != (ctx.sel.rank, ctx.sel.step):
+            go(ctx.sel, rank=target[0], step=target[1])
+
+
+def _selected(ctx: PageContext, h: Heatmap) -> None:
+    sel, run = ctx.sel, ctx.run
+    if sel.rank is None and sel.step is None:
+        return
+    ranks = run.ranks.set_index("rank")
+    parts = []
+    if sel.rank is not None and sel.rank in ranks.index:
+        r = ranks.loc[sel.rank]
+        culprit = " — a culprit" if sel.rank in run.culprits else ""
+        parts.append(
+            f"rank {sel.rank} (host {r['host']}, dp {r['dp']}, tp {r['tp']}, pp {r['pp']}){culprit}"
+        )
+    if sel.step is not None:
+        parts.append(f"step {sel.step}")
+    st.markdown("**Selected:** " + ", ".join(parts))
+    cols = st.columns(3)
+    step = sel.step if sel.step is not None else h.step_lo
+    with cols[0]:
+        link_button(f"Timeline of step {step}", sel, "hm_to_tl", page="timeline", step=step)
+    with cols[1]:
+        link_button("Mesh", sel, "hm_to_mesh", page="mesh")
+    with cols[2]:
+        link_button("Clear selection", sel, "hm_clear", rank=None, step=None)

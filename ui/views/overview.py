@@ -1,0 +1,123 @@
+"""Run overview: step time and throughput over steps; findings ranked by impact, each
+with its evidence and links to the heatmap, timeline and mesh that show it."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from ranksight.analyzer import Finding
+from ranksight.ui import cache
+from ranksight.ui.context import PageContext, link_button
+from ranksight.ui.figures.overview import overview_figure
+from ranksight.ui.guard import NoData
+
+
+def render(ctx: PageContext) -> None:
+    """The Run overview page."""
+    run = ctx.run
+    series = cache.step_series(ctx.url, run, ctx.mark, ctx.cfg.overview_points)
+    st.header(f"Run {run.run_id}")
+    _headline(ctx, series)
+    if series.empty:
+        raise NoData(f"Run {run.run_id} has no step records yet; this page fills in as steps land.")
+    onsets = {
+        f.culprit_rank: int(f.evidence.get("onset_step", 0))
+        for f in run.findings
+        if f.culprit_rank >= 0
+    }
+    st.plotly_chart(overview_figure(series, onsets), width="stretch", key="overview_chart")
+    if series["mfu"].isna().all():
+        st.caption(
+            "MFU: not shown (the run recorded no model FLOPs per token and peak FLOP/s per rank)."
+        )
+    _findings(ctx)
+
+
+def _headline(ctx: PageContext, series: pd.DataFrame) -> None:
+    run, cols = ctx.run, st.columns(6)
+    shape = run.shape
+    cols[0].metric("status", ctx.status or str(run.row.get("status")))
+    cols[1].metric("world size", int(run.row.get("world_size") or len(run.ranks)))
+    cols[2].metric("mesh dp x tp x pp", f"{shape['dp']} x {shape['tp']} x {shape['pp']}")
+    cols[3].metric("steps", len(series) and int(series["n_steps"].sum()))
+    tail = series.iloc[ctx.cfg.skip_steps :] if len(series) > ctx.cfg.skip_steps else series
+    cols[4].metric("median step", f"{tail['step_ms'].median():.1f} ms" if len(tail) else "-")
+    cols[5].metric("tokens/s", f"{tail['tokens_per_s'].median():,.0f}" if len(tail) else "-")
+
+
+def _findings(ctx: PageContext) -> None:
+    run = ctx.run
+    st.subheader(f"Findings ({len(run.findings)}), by impact")
+    if not run.findings:
+        st.success(
+            "No culprit found in the latest analysis (or the run was not analyzed yet: ranksight report --run RUN)."
+        )
+        return
+    for i, f in enumerate(run.findings):
+        with st.container(border=True):
+            st.markdown(
+                f"**{i + 1}. {f.kind}: rank {f.culprit_rank}, {f.cause}** — impact {f.impact_pct:.1f}%, confidence {f.confidence:.2f}"
+            )
+            st.write(f.summary)
+            cols = st.columns(4)
+            with cols[0]:
+                link_button("Evidence", ctx.sel, f"ev{i}", finding=i)
+            with cols[1]:
+                link_button("Heatmap", ctx.sel, f"hm{i}", page="heatmap", rank=f.culprit_rank)
+            with cols[2]:
+                onset = int(f.evidence.get("onset_step", 0))
+                link_button(
+                    "Timeline",
+                    ctx.sel,
+                    f"tl{i}",
+                    page="timeline",
+                    rank=f.culprit_rank,
+                    step=onset + 1,
+                )
+            with cols[3]:
+                link_button("Mesh", ctx.sel, f"me{i}", page="mesh", rank=f.culprit_rank)
+            if ctx.sel.finding == i:
+                evidence(f)
+
+
+def evidence(f: Finding) -> None:
+    """The numbers a finding rests on: phase times against same-stage peers, who waited
+    for the culprit and how long, the step time with and without it."""
+    ev = f.evidence
+    st.markdown(
+        f"**Evidence for rank {f.culprit_rank}** (host {f.host}, dp {f.dp}, tp {f.tp}, pp {f.pp})"
+    )
+    phases = ev.get("phases") or {}
+    if phases:
+        st.table(phase_table(phases, f.culprit_rank))
+    waited = ev.get("waited_for_it") or {}
+    if waited.get("victims"):
+        st.markdown(
+            f"Others waited **{waited.get('total_ms', 0) / 1000:.1f} s** for it; last arriver in {100 * waited.get('last_share', 0):.0f}% of its collectives."
+        )
+        st.table(
+            pd.DataFrame(waited["victims"]).rename(
+                columns={"rank": "victim rank", "waited_ms": "waited ms"}
+            )
+        )
+    if "step_ms_now" in ev:
+        st.markdown(
+            f"Step time {ev['step_ms_now']:.1f} ms now, about {ev.get('step_ms_without', 0):.1f} ms without it; slow from step {ev.get('onset_step')} on {ev.get('slow_steps')} of {ev.get('steps_from_onset')} steps."
+        )
+    with st.expander("all evidence (JSON)"):
+        st.json(ev)
+
+
+def phase_table(phases: dict, rank: int) -> pd.DataFrame:
+    """Per phase: the rank's and its peers' median self time per call (ms), the ratio."""
+    rows = [
+        {
+            "phase": p,
+            f"rank {rank} ms": v["rank_ms"],
+            "peers ms (median)": v["peers_ms"],
+            "ratio": v["ratio"],
+        }
+        for p, v in sorted(phases.items())
+    ]
+    return pd.DataFrame(rows)
