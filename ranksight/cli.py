@@ -174,6 +174,10 @@ def _register_extra_commands() -> None:
 
     app.command("synth")(synth)
 
+    from ranksight.ui.command import ui
+
+    app.command("ui")(ui)
+
 
 _register_extra_commands()
 
