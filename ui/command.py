@@ -1,0 +1,43 @@
+"""The ``ranksight ui`` subcommand (registered in ``ranksight/cli.py``)."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+from ranksight.store.url import default_store_url, redact
+
+
+def ui(
+    store: str = typer.Option(
+        None,
+        "--store",
+        help="store URL: a folder (chdb) or clickhouse://host:port/db; default $RANKSIGHT_STORE or ./.ranksight/store",
+    ),
+    host: str = typer.Option("127.0.0.1", help="address to bind (default loopback only)"),
+    port: int = typer.Option(8501, help="TCP port"),
+    run: str = typer.Option(None, "--run", help="print the URL of this run's overview"),
+) -> None:
+    """Start the web UI (Streamlit) on the store: runs, heatmaps, timelines, mesh, hangs, hosts."""
+    from ranksight.store import StoreError, open_store
+    from ranksight.ui.launch import LaunchConfig, page_url, serve
+
+    out, err = Console(), Console(stderr=True, soft_wrap=True)
+    url = store or default_store_url()
+    try:
+        cfg = LaunchConfig(store=url, host=host, port=port, run=run)
+        open_store(url).close()  # a bad URL or an unreachable server fails here, not in the page
+    except ValueError as e:
+        err.print(f"[red]error:[/] {e}")
+        raise typer.Exit(2) from None
+    except StoreError as e:
+        err.print(f"[red]error:[/] {e}")
+        raise typer.Exit(1) from None
+    out.print(f"ranksight UI on {page_url(cfg)} reading {redact(url)} (Ctrl-C stops it)")
+    if run:
+        out.print(f"run {run}: {page_url(cfg, page='overview', run=run)}")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        err.print(
+            f"[yellow]warning:[/] bound to {host}: anyone who can reach this address can read the store"
+        )
+    raise typer.Exit(serve(cfg))

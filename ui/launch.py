@@ -1,0 +1,78 @@
+"""``ranksight ui``: start the Streamlit server on the store, bound to loopback by default."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+from ranksight import env
+from ranksight.ui import APP_PATH
+
+
+@dataclass(kw_only=True, slots=True)
+class LaunchConfig:
+    """Where the UI listens and what it reads."""
+
+    store: str
+    """Store URL the UI reads (passed to the app as ``$RANKSIGHT_STORE``)."""
+    host: str = "127.0.0.1"
+    """Address to bind; anything but loopback exposes the UI to the network."""
+    port: int = 8501
+    """TCP port."""
+    run: str | None = None
+    """Open at this run's overview (printed URL)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ValueError(f"--port must be 1-65535, got {self.port}")
+        if not self.host.strip():
+            raise ValueError("--host must not be empty")
+
+
+def streamlit_command(cfg: LaunchConfig) -> list[str]:
+    """The ``streamlit run`` command line for ``cfg`` (headless, no usage stats, no file
+    watcher, no browser opened)."""
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        APP_PATH,
+        "--server.address",
+        cfg.host,
+        "--server.port",
+        str(cfg.port),
+        "--server.headless",
+        "true",
+        "--server.fileWatcherType",
+        "none",
+        "--browser.gatherUsageStats",
+        "false",
+        "--client.toolbarMode",
+        "viewer",
+    ]
+
+
+def page_url(cfg: LaunchConfig, **params: str) -> str:
+    """The UI's URL on this host, with query ``params`` (e.g. page, run)."""
+    host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::") else cfg.host
+    query = urlencode({k: v for k, v in params.items() if v is not None})
+    return f"http://{host}:{cfg.port}/" + (f"?{query}" if query else "")
+
+
+def child_env(cfg: LaunchConfig) -> dict[str, str]:
+    """The server's environment: ours, with the store URL set."""
+    return {**os.environ, env.STORE: cfg.store}
+
+
+def serve(cfg: LaunchConfig) -> int:
+    """Run the server in the foreground until it exits or Ctrl-C; returns its exit code."""
+    proc = subprocess.Popen(streamlit_command(cfg), env=child_env(cfg))
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        return proc.wait()
