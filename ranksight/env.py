@@ -30,3 +30,11 @@ CLICKHOUSE_SERVER = "RANKSIGHT_CLICKHOUSE_SERVER"
 ``/usr/sbin/clickhouse-server``, where Debian puts it)."""
 
 DEFAULT_HOME = ".ranksight"
+FR_DUMP_PREFIX = "RANKSIGHT_FR_DUMP_PREFIX"
+"""File-name prefix of the Flight Recorder dumps the node agent ingests (the ranks'
+``TORCH_FR_DUMP_TEMP_FILE``); default: the agent's own torch variables below, else torch's
+default ``/tmp/nccl_trace_rank_``."""
+TORCH_FR_DUMP_TEMP_FILE = "TORCH_FR_DUMP_TEMP_FILE"
+"""torch's prefix for Flight Recorder dump files (newer name), read as a default."""
+TORCH_NCCL_DEBUG_INFO_TEMP_FILE = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
+"""torch's prefix for Flight Recorder dump files (older name), read as a default."""
