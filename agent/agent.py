@@ -1,68 +1,266 @@
-"""The node agent: moves the ranks' spooled records into the store in batches."""
+"""The node agent: spool -> disk buffer -> store, nothing lost, nothing stored twice.
+
+Two loops, one per thread in :meth:`Agent.run` (one after the other in :meth:`poll_once`
+and :meth:`drain`):
+
+- **read**: every ``interval_s``, read the spool's new lines (``agent/tailer.py``), parse
+  and validate them (rejects are logged and counted), add rows handed over by
+  :meth:`Agent.submit` and, every ``stats_interval_s``, a row of the agent's counters
+  (``agent_stats``); seal them as batches of at most ``batch_rows`` into the disk buffer
+  (``agent/buffer.py``); commit the spool offsets; enforce the buffer's bound.
+- **ship**: send buffered batches oldest first (``agent/deliver.py``), delete each once
+  the store has it; on a store error back off (doubling from ``interval_s`` up to
+  ``retry_max_s``) and retry the same batch, checked against the store first.
+
+The read loop never waits for the store, so a store outage or a stalled server fills the
+buffer, not the ranks' spool, and never slows training (the ranks only append to their
+spool files). One agent per spool and store: a second one is refused (``flock``).
+"""
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
+import queue
+import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ranksight.store import Store, StoreError
+import pandas as pd
+import pyarrow as pa
 
-from .tailer import SpoolTailer
+from ranksight.store import Store, StoreError, schema
+from ranksight.store.frames import conform
+
+from .buffer import DiskBuffer
+from .config import AgentConfig
+from .deliver import deliver
+from .parse import Parsed
+from .security import secure_spool_dir
+from .tailer import SpoolTailer, state_dir_for
 
 log = logging.getLogger("ranksight.agent")
+_MAX_LOGGED = 20  # rejection reasons logged one by one per poll; the rest summed up
 
 
 @dataclass
 class AgentStats:
-    """Counters since the agent started."""
+    """Counters since the agent started (records = rows)."""
 
-    shipped: int = 0
-    """Rows inserted into the store."""
+    accepted: int = 0
+    """Valid records read from the spool (or handed to :meth:`Agent.submit`)."""
     rejected: int = 0
     """Malformed records skipped (each logged with its reason)."""
+    dropped: int = 0
+    """Records lost because the disk buffer was full (see ``config.DROP_POLICIES``)."""
+    dropped_by_table: dict[str, int] = field(default_factory=dict)
+    shipped: int = 0
+    """Rows inserted into the store."""
+    already_stored: int = 0
+    """Rows of retried batches found already stored (not sent again)."""
     store_errors: int = 0
-    """Failed batch inserts (the batch is retried on the next poll)."""
+    """Failed batch sends (the batch is retried, checked first)."""
     last_error: str = ""
+    buffered_rows: int = 0
+    buffered_bytes: int = 0
 
 
 class Agent:
-    """Polls the spool every ``interval_s`` seconds and ships new records to ``store``.
+    """Ships the records ranks leave in ``spool_dir`` to ``store`` (see the module doc).
 
-    Delivery is at-least-once per batch: offsets are committed only after every table of
-    the batch was inserted; a failed insert leaves the records in the spool for the next
-    poll, so a store outage loses nothing the ranks wrote.
+    ``interval_s`` is the flush interval (it overrides ``config.interval_s``). Raises
+    RuntimeError if another agent already serves this spool and store, PermissionError if
+    the spool folder belongs to another user.
     """
 
-    def __init__(self, spool_dir: str, store: Store, *, interval_s: float = 1.0) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be > 0, got {interval_s}")
-        self.store = store
-        self.tailer = SpoolTailer(spool_dir, key=store.url)
-        self.interval_s = interval_s
+    def __init__(
+        self,
+        spool_dir: str,
+        store: Store,
+        *,
+        interval_s: float | None = None,
+        config: AgentConfig | None = None,
+    ) -> None:
+        config = config or AgentConfig()
+        if interval_s is not None:
+            config = AgentConfig(**{**_fields(config), "interval_s": interval_s})
+        self.config, self.store = config, store
+        secure_spool_dir(spool_dir)
+        self.state_dir = config.buffer_dir or state_dir_for(spool_dir, store.url)
+        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        self._lock_file = _exclusive(self.state_dir)
+        self.tailer = SpoolTailer(spool_dir, store.url, self.state_dir, fsync=config.fsync)
+        self.buffer = DiskBuffer(
+            self.state_dir, config.buffer_bytes, config.drop_policy, config.fsync
+        )
+        self._recover()
         self.stats = AgentStats()
+        self._submitted: queue.SimpleQueue[tuple[str, pa.Table]] = queue.SimpleQueue()
+        self._committed = self.tailer.seq
+        self._suspect: set[int] = set()
+        self._backoff = 0.0
+        self._started_ns = time.time_ns()
+        self._last_stats = 0.0
 
-    def poll_once(self) -> int:
-        """Read, insert and commit one batch; returns rows shipped (0 on store error)."""
-        batch = self.tailer.read()
-        for reason in batch.rejected:
+    @property
+    def interval_s(self) -> float:
+        """The flush interval, seconds."""
+        return self.config.interval_s
+
+    def _recover(self) -> None:
+        """Re-apply the offsets of batches sealed after the last offsets commit."""
+        for seq, offsets in self.buffer.offsets_after(self.tailer.seq):
+            self.tailer.apply(offsets)
+            self.tailer.seq = seq
+        self.tailer.save()
+
+    # ------------------------------------------------------------------ read side
+    def submit(self, table: str, rows: pd.DataFrame | pa.Table) -> None:
+        """Queue rows for ``table`` (e.g. from a collector in this process); they go out
+        with the next batch. Raises ValueError for an unknown table or bad columns."""
+        spec = schema.table(table)
+        data = conform(spec, rows)
+        if "batch_id" in data.column_names:
+            data = data.drop_columns(["batch_id"])
+        self._submitted.put((table, data))
+
+    def read_once(self) -> int:
+        """Read the spool and seal what is new (several batches if over ``batch_rows``);
+        returns records accepted."""
+        total = 0
+        while True:
+            parsed = self.tailer.read(self.config.batch_rows, self.config.read_bytes)
+            self._note_rejects(parsed)
+            self._add_local_rows(parsed)
+            if not parsed.count and not self.tailer.pending():
+                return total
+            self._seal(parsed)
+            total += parsed.count
+            if parsed.count + len(parsed.rejected) < self.config.batch_rows:
+                return total
+
+    def _add_local_rows(self, parsed: Parsed) -> None:
+        """Move submitted rows, and a stats row when due, into ``parsed``."""
+        now = time.monotonic()
+        if self.config.stats_interval_s and now - self._last_stats >= self.config.stats_interval_s:
+            self._last_stats = now
+            self.submit("agent_stats", pd.DataFrame([self._stats_row()]))
+        local = Parsed()
+        while True:
+            try:
+                table, rows = self._submitted.get_nowait()
+            except queue.Empty:
+                break
+            local.extend(Parsed({table: rows}))
+        self.stats.accepted += parsed.count
+        parsed.extend(local)
+
+    def _seal(self, parsed: Parsed) -> None:
+        """Write ``parsed`` as the next batch, commit the offsets, enforce the bound."""
+        seq = max(self.tailer.seq, self.buffer.last_seq) + 1
+        if parsed.count:
+            self.buffer.seal(seq, parsed.tables, self.tailer.pending())
+            self.tailer.commit(seq)
+        else:  # only offsets moved (rejected lines, headers)
+            self.tailer.commit()
+        self._committed = self.tailer.seq
+        dropped = self.buffer.enforce(seq, self._committed)
+        for table, n in dropped.items():
+            self.stats.dropped += n
+            self.stats.dropped_by_table[table] = self.stats.dropped_by_table.get(table, 0) + n
+        if dropped:
+            log.warning(
+                "disk buffer over %d bytes: dropped %s (%s); %d dropped so far",
+                self.config.buffer_bytes, dict(dropped), self.config.drop_policy,
+                self.stats.dropped,
+            )  # fmt: skip
+
+    def _note_rejects(self, parsed: Parsed) -> None:
+        """Log each rejection reason (the first few one by one) and count them."""
+        for reason in parsed.rejected[:_MAX_LOGGED]:
             log.warning("rejected record: %s", reason)
-        self.stats.rejected += len(batch.rejected)
-        try:
-            for table, frame in batch.frames().items():
-                self.store.insert(table, frame)
-        except StoreError as e:
-            self.stats.store_errors += 1
-            self.stats.last_error = str(e)
-            log.warning("store insert failed, will retry: %s", e)
+        if len(parsed.rejected) > _MAX_LOGGED:
+            log.warning("rejected %d more records", len(parsed.rejected) - _MAX_LOGGED)
+        self.stats.rejected += len(parsed.rejected)
+
+    def _stats_row(self) -> dict:
+        """This agent's counters as an ``agent_stats`` row."""
+        s = self.stats
+        rows, size = self.buffer.size
+        return {
+            "host": socket.gethostname(),
+            "ts_ns": time.time_ns(),
+            "pid": os.getpid(),
+            "started_ns": self._started_ns,
+            "accepted": s.accepted,
+            "rejected": s.rejected,
+            "dropped": s.dropped,
+            "shipped": s.shipped,
+            "store_errors": s.store_errors,
+            "buffered_rows": rows,
+            "buffered_bytes": size,
+        }
+
+    # ------------------------------------------------------------------ ship side
+    def ship_once(self) -> int:
+        """Send the oldest buffered batch; returns rows inserted or found stored (0 if the
+        buffer is empty or the store failed)."""
+        seq = self.buffer.take_oldest(self._committed)
+        if seq is None:
             return 0
-        self.tailer.commit()
-        self.stats.shipped += batch.count
-        return batch.count
+        try:
+            return self._ship(seq)
+        finally:
+            self.buffer.in_flight = None
+
+    def _ship(self, seq: int) -> int:
+        """Deliver batch ``seq`` and delete it; on a store error count it and back off."""
+        try:
+            batch = self.buffer.load(seq)
+        except (OSError, ValueError) as exc:
+            log.error("buffered batch %d is unreadable, dropped: %s", seq, exc)
+            self.buffer.remove(seq)
+            return 0
+        verify = batch.attempted or seq in self._suspect
+        if not batch.attempted:
+            self.buffer.mark_attempted(seq)
+        try:
+            done = deliver(self.store, batch, verify=verify, settle_s=self.config.settle_s)
+        except StoreError as exc:
+            self._suspect.add(seq)
+            self.stats.store_errors += 1
+            self.stats.last_error = str(exc)
+            self._backoff = min(self.config.retry_max_s, max(self._backoff * 2, self.interval_s))
+            log.warning("store insert failed, retrying in %.1f s: %s", self._backoff, exc)
+            return 0
+        self._backoff = 0.0
+        self._suspect.discard(seq)
+        self.buffer.remove(seq)
+        self.stats.shipped += done.inserted
+        self.stats.already_stored += done.already_stored
+        if done.already_stored:
+            log.info("batch %d: %d rows were already stored", seq, done.already_stored)
+        return done.inserted + done.already_stored
+
+    # ------------------------------------------------------------------ loops
+    def poll_once(self) -> int:
+        """Read and seal what is new, then send what is buffered; returns rows sent (0 on
+        a store error: they stay buffered for the next call)."""
+        self.read_once()
+        shipped = 0
+        while True:
+            n = self.ship_once()
+            shipped += n
+            if n == 0:
+                break
+        self._refresh()
+        return shipped
 
     def drain(self, max_polls: int = 1000) -> int:
-        """Poll until nothing new is read; returns rows shipped."""
+        """Poll until the spool has nothing new and the buffer is empty, or the store
+        fails; returns rows sent."""
         total = 0
         for _ in range(max_polls):
             n = self.poll_once()
@@ -72,9 +270,62 @@ class Agent:
         return total
 
     def run(self, stop: threading.Event) -> None:
-        """Poll until ``stop`` is set, then drain once more."""
+        """Read and ship in two threads until ``stop`` is set; then read once more and
+        keep shipping for up to ``drain_timeout_s`` (the rest stays buffered on disk)."""
+        shipper = threading.Thread(target=self._ship_loop, args=(stop,), name="ranksight-ship")
+        shipper.start()
         while not stop.is_set():
             t0 = time.monotonic()
-            self.poll_once()
+            self._guard(self.read_once)
+            self._refresh()
             stop.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
-        self.drain()
+        self._guard(self.read_once)
+        shipper.join()
+        deadline = time.monotonic() + self.config.drain_timeout_s
+        while time.monotonic() < deadline and self._guard(self.ship_once):
+            pass
+        self._refresh()
+
+    def _ship_loop(self, stop: threading.Event) -> None:
+        """Ship until ``stop``; wait ``interval_s`` when idle, the backoff after errors."""
+        while not stop.is_set():
+            if self._guard(self.ship_once) == 0:
+                stop.wait(self._backoff or min(self.interval_s, 0.25))
+
+    def _guard(self, step) -> int:
+        """Run one loop step; log (never raise) unexpected errors so the agent stays up."""
+        try:
+            return step()
+        except Exception as exc:  # noqa: BLE001 - a daemon logs and carries on
+            self.stats.last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("agent step failed")
+            time.sleep(min(self.interval_s, 1.0))
+            return 0
+
+    def _refresh(self) -> None:
+        """Update the buffer gauges in :attr:`stats`."""
+        self.stats.buffered_rows, self.stats.buffered_bytes = self.buffer.size
+
+    def close(self) -> None:
+        """Release the agent's lock on its state folder. Safe to call twice."""
+        if not self._lock_file.closed:
+            self._lock_file.close()
+
+
+def _fields(config: AgentConfig) -> dict:
+    """A config's fields as a dict (slots dataclasses have no ``__dict__``)."""
+    return {name: getattr(config, name) for name in config.__dataclass_fields__}
+
+
+def _exclusive(state_dir: str):
+    """Hold ``<state>/lock`` exclusively for the life of the returned file."""
+    handle = open(os.path.join(state_dir, "lock"), "a+")  # noqa: SIM115 - held while alive
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise RuntimeError(
+            f"another ranksight agent already ships this spool to this store "
+            f"(state folder {state_dir} is locked)"
+        ) from None
+    return handle

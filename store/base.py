@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import abc
+import time
+from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 
+from ranksight.store import schema
 from ranksight.store.schema import SCHEMA_VERSION
+
+MAX_ATOMIC_ROWS = 1_000_000
+"""Most rows one :meth:`Store.insert` with a ``batch_id`` may carry: below the server's
+insert block size (1,048,576 rows in clickhouse-driver and ClickHouse), so one insert is
+one block, written as one part per partition."""
 
 
 class StoreError(RuntimeError):
@@ -51,17 +60,71 @@ class Store(abc.ABC):
 
     url: str
 
-    @abc.abstractmethod
     def init_schema(self) -> None:
-        """Create every table of ``schema.TABLES`` if missing and record
-        ``SCHEMA_VERSION``. Idempotent. Raises StoreError if the store holds a newer
-        schema version than this code knows."""
+        """Create every table of ``schema.TABLES`` that is missing, add missing columns to
+        older tables and record ``SCHEMA_VERSION`` (see ``store/migrate.py``). Idempotent.
+        Raises StoreError if the store holds a newer schema version than this code knows,
+        or, naming what to run by hand, if the store refuses the change."""
+        from ranksight.store.migrate import migrate
+
+        self.prepare()
+        migrate(self)
 
     @abc.abstractmethod
-    def insert(self, table: str, frame: pd.DataFrame) -> int:
+    def prepare(self) -> None:
+        """Create the database / folder and the ``schema_version`` table if missing, so
+        the version can be read. Raises StoreError if that fails."""
+
+    @abc.abstractmethod
+    def schema_changes(self) -> list[str]:
+        """What :meth:`apply_schema_changes` would do to match ``schema.TABLES``: server
+        SQL, or a description of folder actions. Raises StoreError on a column type
+        mismatch (see ``store/migrate.py``)."""
+
+    @abc.abstractmethod
+    def apply_schema_changes(self, statements: Sequence[str]) -> None:
+        """Carry out ``statements`` from :meth:`schema_changes`. Raises StoreError."""
+
+    def record_schema_version(self, version: int) -> None:
+        """Add ``version`` to the ``schema_version`` table."""
+        self.insert(
+            "schema_version", pd.DataFrame([{"version": version, "applied_ns": time.time_ns()}])
+        )
+
+    @abc.abstractmethod
+    def insert(self, table: str, frame: pd.DataFrame, *, batch_id: int = 0) -> int:
         """Append ``frame``'s rows to ``table``; returns the row count. Columns must be
         the table's columns (missing ones are filled with zero / empty string; unknown
-        ones raise ValueError naming them)."""
+        ones raise ValueError naming them).
+
+        ``batch_id`` (non-zero; only for tables with a ``batch_id`` column, see
+        ``schema.DELIVERED_TABLES``) sets that column on every row and names the insert,
+        so that :meth:`stored_batches` can tell later whether it landed: one call is one
+        atomic part or segment provided the rows fall in one :meth:`partitions` key and
+        number at most ``MAX_ATOMIC_ROWS``. Raises ValueError if the table has no such
+        column or the frame is too big."""
+
+    def partitions(self, table: str, frame: pd.DataFrame) -> np.ndarray | None:
+        """The storage partition of each row of ``frame`` for ``table`` (rows of one
+        :meth:`insert` in several partitions are stored as several parts, not atomically);
+        ``None`` when an insert is always one unit. This default: ``None``."""
+        return None
+
+    def stored_batches(self, table: str, batch_ids: Sequence[int]) -> dict[int, int]:
+        """Rows stored in ``table`` per batch id of ``batch_ids`` (ids with no rows are
+        left out). Raises StoreError."""
+        frame = self.query(
+            f"SELECT batch_id, count() AS n FROM {schema.table(table).name} "
+            "WHERE batch_id IN %(ids)s GROUP BY batch_id",
+            {"ids": tuple(int(i) for i in batch_ids)},
+        )
+        return {int(b): int(n) for b, n in zip(frame["batch_id"], frame["n"], strict=True)}
+
+    def inserts_in_flight(self, batch_ids: Sequence[int]) -> set[int]:
+        """Which of ``batch_ids`` have an insert still running in the store (one whose
+        client gave up waiting may still finish). This default: none (inserts finish
+        before :meth:`insert` returns). Raises StoreError."""
+        return set()
 
     @abc.abstractmethod
     def query(self, sql: str, params: dict | None = None) -> pd.DataFrame:

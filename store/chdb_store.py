@@ -16,14 +16,14 @@ for 1 M rows. Hence automatic compaction (``auto_compact``).
 from __future__ import annotations
 
 import os
-import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from ranksight.store import chdb_engine, schema, segments
 from ranksight.store.base import Store, StoreError
-from ranksight.store.frames import conform, frame_from_arrow
+from ranksight.store.frames import conform, frame_from_arrow, with_batch_id
 from ranksight.store.sql import bind, referenced_tables, rewrite_tables
 from ranksight.store.types import structure, table_schema
 
@@ -52,36 +52,56 @@ class ChdbStore(Store):
         if _GLOB_CHARS & set(str(self.folder)):
             raise StoreError(f"{self.url}: store folder path may not contain * ? {{ }} ' \\")
 
-    def init_schema(self) -> None:
-        """Create the folder, one sub-folder per table holding an empty segment, and
-        record ``schema.SCHEMA_VERSION``. Idempotent. Raises StoreError if the folder
-        cannot be written or holds a newer schema version."""
+    def prepare(self) -> None:
+        """Create the folder and the ``schema_version`` table folder if missing. Raises
+        StoreError if the folder cannot be written."""
+        self._create_tables([schema.SCHEMA_VERSION_TABLE.name])
         try:
-            for table in schema.TABLES.values():
-                folder = self.folder / table.name
-                folder.mkdir(parents=True, exist_ok=True)
-                if not segments.segments(folder):
-                    segments.write_segment(folder, table_schema(table).empty_table())
             (self.folder / segments.LOCK).touch()
         except OSError as exc:
             raise StoreError(f"{self.url}: cannot create the store: {exc}") from None
-        if self.check_schema_version() < schema.SCHEMA_VERSION:
-            row = {"version": schema.SCHEMA_VERSION, "applied_ns": time.time_ns()}
-            self.insert("schema_version", pd.DataFrame([row]))
 
-    def insert(self, table: str, frame: pd.DataFrame) -> int:
+    def schema_changes(self) -> list[str]:
+        """One action per missing table folder. Columns need none: a segment written
+        before a column was added reads it as the column's default (0 / "")."""
+        return [
+            f"create table folder {self.folder / name} with an empty segment"
+            for name in schema.TABLES
+            if not segments.segments(self.folder / name)
+        ]
+
+    def apply_schema_changes(self, statements: Sequence[str]) -> None:
+        """Create every missing table folder (the actions of :meth:`schema_changes`)."""
+        self._create_tables(list(schema.TABLES))
+
+    def _create_tables(self, names: list[str]) -> None:
+        """A folder holding an empty segment for each table of ``names`` that has none."""
+        try:
+            for name in names:
+                folder = self.folder / name
+                folder.mkdir(parents=True, exist_ok=True)
+                if not segments.segments(folder):
+                    segments.write_segment(folder, table_schema(schema.TABLES[name]).empty_table())
+        except OSError as exc:
+            raise StoreError(f"{self.url}: cannot create the store: {exc}") from None
+
+    def insert(self, table: str, frame: pd.DataFrame, *, batch_id: int = 0) -> int:
         """Write ``frame`` as one new segment of ``table``; returns its row count (an empty
-        frame writes nothing). Raises ValueError for an unknown table or bad columns (see
-        ``frames.conform``), StoreError if the store is not initialized or not writable."""
+        frame writes nothing). With ``batch_id`` the segment is named after it
+        (``b<hex>.parquet``) and a segment of that name already there is kept as it is, so
+        writing the same batch twice stores it once. Raises ValueError for an unknown
+        table or bad columns (see ``frames.conform``), StoreError if the store is not
+        initialized or not writable."""
         spec = schema.table(table)
-        data = conform(spec, frame)
+        data = conform(spec, with_batch_id(table, frame, batch_id))
         if data.num_rows == 0:
             return 0
         folder = self.folder / table
         if not folder.is_dir():
             raise StoreError(f"{self.url}: no table {table!r} here; run init_schema first")
+        name = f"b{batch_id:016x}.parquet" if batch_id else None
         try:
-            segments.write_segment(folder, data)
+            segments.write_segment(folder, data, name=name)
             if self.auto_compact and len(segments.segments(folder)) > self.auto_compact:
                 self._compact(table, AUTO_COMPACT_BELOW_BYTES, wait=False)
         except OSError as exc:

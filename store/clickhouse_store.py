@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from clickhouse_driver import Client, errors
 
 from ranksight.store import schema
 from ranksight.store.base import Store, StoreError
-from ranksight.store.ddl import check_identifier, create_database_sql, create_table_sql
-from ranksight.store.frames import conform, frame_from_columns
+from ranksight.store.ddl import (
+    check_identifier,
+    create_database_sql,
+    create_table_sql,
+    schema_changes_sql,
+)
+from ranksight.store.frames import conform, frame_from_columns, month_keys, with_batch_id
 from ranksight.store.sql import bind
 
 # clickhouse-driver logs a traceback at WARNING for every failed connect; without this,
@@ -31,6 +37,7 @@ try:
 except ImportError:  # pragma: no cover - both are dependencies; stay usable without them
     COMPRESSION = False
 
+_QUERY_PREFIX = "ranksight-"
 _UNREACHABLE = (errors.NetworkError, errors.SocketTimeoutError, EOFError, OSError)
 
 
@@ -77,37 +84,85 @@ class ClickHouseStore(Store):
         with self._errors():
             self._admin.execute("SELECT 1")
 
-    def init_schema(self) -> None:
-        """``CREATE DATABASE`` / ``CREATE TABLE ... IF NOT EXISTS`` for every table (see
-        ``store/ddl.py``) and record the schema version. Idempotent; raises StoreError if
-        the server holds a newer schema version or refuses the DDL."""
+    def prepare(self) -> None:
+        """``CREATE DATABASE`` and the ``schema_version`` table if missing."""
         with self._errors():
             self._admin.execute(create_database_sql(self.database))
-            for table in schema.TABLES.values():
-                self._admin.execute(create_table_sql(table, self.database))
-        if self.check_schema_version() < schema.SCHEMA_VERSION:
-            row = {"version": schema.SCHEMA_VERSION, "applied_ns": time.time_ns()}
-            self.insert("schema_version", pd.DataFrame([row]))
+            self._admin.execute(create_table_sql(schema.SCHEMA_VERSION_TABLE, self.database))
 
-    def insert(self, table: str, frame: pd.DataFrame) -> int:
-        """One columnar INSERT of ``frame`` into ``table``; returns the row count. Raises
+    def schema_changes(self) -> list[str]:
+        """``CREATE TABLE`` for missing tables, ``ALTER TABLE ... ADD COLUMN`` for missing
+        columns (see ``store/migrate.py``)."""
+        found = self._columns()
+        return schema_changes_sql(found, self.database)
+
+    def apply_schema_changes(self, statements: Sequence[str]) -> None:
+        """Run each statement of :meth:`schema_changes`."""
+        with self._errors():
+            for sql in statements:
+                self._admin.execute(sql)
+
+    def _columns(self) -> dict[str, dict[str, str]]:
+        """Column name -> type of every table in the database."""
+        with self._errors():
+            rows = self._admin.execute(
+                "SELECT table, name, type FROM system.columns WHERE database = %(db)s",
+                {"db": self.database},
+            )
+        found: dict[str, dict[str, str]] = {}
+        for table, name, ch_type in rows:
+            found.setdefault(table, {})[name] = ch_type
+        return found
+
+    def insert(self, table: str, frame: pd.DataFrame, *, batch_id: int = 0) -> int:
+        """One columnar INSERT of ``frame`` into ``table`` (see :meth:`Store.insert`);
+        returns the row count. With ``batch_id`` the insert's query id is
+        ``ranksight-<batch_id hex>-<random>`` (see :meth:`inserts_in_flight`). Raises
         ValueError for an unknown table or bad columns, StoreError if the server fails."""
-        data = conform(schema.table(table), frame)
+        data = conform(schema.table(table), with_batch_id(table, frame, batch_id))
         if data.num_rows == 0:
             return 0
         columns = [_values(column) for column in data.columns]
         sql = f"INSERT INTO {table} ({', '.join(data.column_names)}) VALUES"
+        query_id = f"{_QUERY_PREFIX}{batch_id:016x}-{secrets.token_hex(4)}" if batch_id else None
         with self._errors():
-            self._client.execute(sql, columns, columnar=True)
+            self._client.execute(sql, columns, columnar=True, query_id=query_id)
         return data.num_rows
+
+    def partitions(self, table: str, frame: pd.DataFrame) -> np.ndarray | None:
+        """``toYYYYMM(time)`` of each row in the server's time zone (the DDL partitions
+        by month, ``store/ddl.py``); ``None`` for unpartitioned tables."""
+        spec = schema.table(table)
+        if spec.time_column is None or spec.time_column not in frame.columns or frame.empty:
+            return None
+        with self._errors():
+            tz = self._timezone()
+        return month_keys(frame[spec.time_column].to_numpy(), tz)
+
+    def inserts_in_flight(self, batch_ids: Sequence[int]) -> set[int]:
+        """Ids of ``batch_ids`` whose insert the server still runs (``system.processes``):
+        an insert whose client timed out may still be written after it."""
+        wanted = {int(b) for b in batch_ids}
+        with self._errors():
+            rows = self._admin.execute("SELECT query_id FROM system.processes")
+        running = set()
+        for (query_id,) in rows:
+            if query_id.startswith(_QUERY_PREFIX):
+                with contextlib.suppress(ValueError):
+                    running.add(int(query_id[len(_QUERY_PREFIX) :].split("-")[0], 16))
+        return running & wanted
+
+    def _timezone(self) -> str:
+        """The server's time zone (connects if needed)."""
+        connection = self._client.connection
+        if not connection.connected:
+            connection.connect()
+        return connection.server_info.get_timezone()
 
     def query(self, sql: str, params: dict | None = None) -> pd.DataFrame:
         """Run a SELECT; see :class:`Store`. Raises StoreError with the server's message."""
         with self._errors():
-            connection = self._client.connection
-            if not connection.connected:
-                connection.connect()  # for the server's time zone, used in binding
-            tz = connection.server_info.get_timezone()
+            tz = self._timezone()  # binding renders datetimes in it
             try:
                 text = bind(sql, params, server_tz=tz)
             except ValueError as exc:
@@ -147,8 +202,16 @@ class ClickHouseStore(Store):
 
 
 def _values(column: pa.ChunkedArray) -> np.ndarray:
-    """One column as the numpy array clickhouse-driver sends (strings: object array)."""
-    return column.to_numpy()
+    """One column as the numpy array clickhouse-driver sends. Strings become an object
+    array of UTF-8 ``bytes`` built from the column's distinct values (the driver writes
+    bytes as they are), so a value repeated on every row costs one encode, not one per
+    row: about 4x faster than ``to_numpy()`` plus the driver's per-row ``encode``."""
+    if not pa.types.is_string(column.type):
+        return column.to_numpy()
+    encoded = pc.dictionary_encode(column).combine_chunks()
+    words = np.array([w.encode() for w in encoded.dictionary.to_pylist()] + [b""], dtype=object)
+    indices = encoded.indices.to_numpy(zero_copy_only=False)
+    return words[indices] if len(indices) else np.array([], dtype=object)
 
 
 def _first(exc: errors.ServerException) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ranksight.store.schema import Table
+from ranksight.store.schema import TABLES, Table
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -43,3 +43,31 @@ def create_table_sql(table: Table, database: str | None = None) -> str:
         f"CREATE TABLE IF NOT EXISTS {name}\n(\n{body}\n)\n"
         f"ENGINE = {table.engine}\n{partition}ORDER BY ({', '.join(table.order_by)})"
     )
+
+
+def schema_changes_sql(found: dict[str, dict[str, str]], database: str) -> list[str]:
+    """Statements that bring a database whose tables have the columns ``found`` (table ->
+    column -> type, as ``system.columns`` lists them) up to ``schema.TABLES``: ``CREATE
+    TABLE`` for a missing table, ``ALTER TABLE ... ADD COLUMN ... AFTER`` for a missing
+    column (18.16 has no ``IF NOT EXISTS`` there). Raises StoreError naming a column whose
+    type differs."""
+    from ranksight.store.migrate import type_mismatch
+
+    out = []
+    for table in TABLES.values():
+        have = found.get(table.name)
+        if have is None:
+            out.append(create_table_sql(table, database))
+            continue
+        previous = None
+        for column, ch_type in table.columns:
+            if column not in have:
+                after = f" AFTER {previous}" if previous else ""
+                out.append(
+                    f"ALTER TABLE {check_identifier(database)}.{table.name} "
+                    f"ADD COLUMN {column} {ch_type}{after}"
+                )
+            elif have[column] != ch_type:
+                raise type_mismatch(table.name, column, have[column], ch_type)
+            previous = column
+    return out

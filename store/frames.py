@@ -12,21 +12,49 @@ from ranksight.store.schema import Table
 from ranksight.store.types import arrow_type, table_schema
 
 
-def conform(table: Table, frame: pd.DataFrame) -> pa.Table:
+def conform(table: Table, frame: pd.DataFrame | pa.Table) -> pa.Table:
     """``frame``'s rows as an Arrow table with exactly ``table``'s columns, in order, typed
     by :func:`ranksight.store.types.table_schema`.
 
+    ``frame`` may also be an Arrow table (cast column by column, no pandas round trip).
     Missing columns are filled with 0 / ``""``. Raises ValueError naming the table and
     column for unknown columns, nulls (NaN in an integer or string column), values out of
     the column type's range, and values of the wrong kind. NaN in a Float64 column is kept
     as NaN (e.g. ``steps.loss`` on ranks without a loss).
     """
-    unknown = [c for c in frame.columns if c not in table.column_names]
+    names = frame.column_names if isinstance(frame, pa.Table) else list(frame.columns)
+    unknown = [c for c in names if c not in table.column_names]
     if unknown:
         raise ValueError(f"table {table.name!r} has no columns {unknown}")
     schema = table_schema(table)
+    if isinstance(frame, pa.Table):
+        return _conform_arrow(table.name, frame, schema)
     arrays = [_column(table.name, frame, field, len(frame)) for field in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _conform_arrow(name: str, data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """:func:`conform` for an Arrow table: safe casts (out-of-range values raise)."""
+    arrays = []
+    for field in schema:
+        if field.name not in data.column_names:
+            arrays.append(_filled(field, data.num_rows))
+            continue
+        column = data.column(field.name)
+        if column.null_count:
+            raise ValueError(f"{name}.{field.name} has {column.null_count} missing values")
+        try:
+            arrays.append(column.cast(field.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise ValueError(f"{name}.{field.name} ({field.type}): {exc}") from None
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _filled(field: pa.Field, rows: int) -> pa.Array:
+    """A column of ``rows`` zeros / empty strings of ``field``'s type."""
+    if pa.types.is_string(field.type):
+        return pa.array([""] * rows, field.type)
+    return pa.array(np.zeros(rows), field.type)
 
 
 def _column(table: str, frame: pd.DataFrame, field: pa.Field, rows: int) -> pa.Array:
@@ -78,3 +106,39 @@ def _epoch_s(values: Sequence, server_tz: str) -> np.ndarray:
     if stamps.tz is None:
         stamps = stamps.tz_localize(server_tz)
     return stamps.as_unit("s").asi8.astype(np.uint32)
+
+
+def with_batch_id(
+    table: str, frame: pd.DataFrame | pa.Table, batch_id: int
+) -> pd.DataFrame | pa.Table:
+    """``frame`` with its ``batch_id`` column set to ``batch_id`` (unchanged if 0). Raises
+    ValueError if ``table`` has no such column, if ``batch_id`` is not a positive 64-bit
+    value or if the frame has more than ``base.MAX_ATOMIC_ROWS`` rows."""
+    from ranksight.store.base import MAX_ATOMIC_ROWS
+    from ranksight.store.schema import table as table_of
+
+    if not batch_id:
+        return frame
+    if "batch_id" not in table_of(table).column_names:
+        raise ValueError(f"table {table!r} has no batch_id column: it cannot take a batch id")
+    if not 0 < batch_id < 1 << 64:
+        raise ValueError(f"batch_id must be in 1..2**64-1, got {batch_id}")
+    if len(frame) > MAX_ATOMIC_ROWS:
+        raise ValueError(f"{len(frame)} rows in one batch insert is over {MAX_ATOMIC_ROWS}")
+    ids = np.full(len(frame), batch_id, dtype=np.uint64)
+    if isinstance(frame, pa.Table):
+        if "batch_id" in frame.column_names:
+            frame = frame.drop_columns(["batch_id"])
+        return frame.append_column("batch_id", pa.array(ids))
+    return frame.assign(batch_id=ids)
+
+
+def month_keys(ns: np.ndarray, tz: str) -> np.ndarray:
+    """``toYYYYMM`` (e.g. 202311) of nanosecond epoch times ``ns`` in time zone ``tz``,
+    as int64; the common case of one month costs two conversions, not one per row."""
+    ends = pd.to_datetime([int(ns.min()), int(ns.max())], unit="ns", utc=True).tz_convert(tz)
+    keys = ends.year * 100 + ends.month
+    if keys[0] == keys[1]:
+        return np.full(len(ns), keys[0], dtype=np.int64)
+    stamps = pd.to_datetime(ns, unit="ns", utc=True).tz_convert(tz)
+    return (stamps.year * 100 + stamps.month).to_numpy(dtype=np.int64)

@@ -34,18 +34,31 @@ INTENT = "compact.intent"
 LOCK = ".lock"
 
 
-def write_segment(folder: Path, data: pa.Table) -> Path:
+def write_segment(folder: Path, data: pa.Table, name: str | None = None) -> Path:
     """Write ``data`` as a new segment of the table folder ``folder``; returns its path.
-    The file appears atomically (temp file, fsync, rename)."""
-    tmp, final = _stage(folder, data)
-    os.replace(tmp, final)
+    The file appears atomically (temp file, fsync, rename). ``name`` (``*.parquet``): a
+    fixed name, for idempotent writes: if a segment of that name exists, nothing is
+    written (first writer wins, ``os.link`` refuses to replace)."""
+    tmp, final = _stage(folder, data, name)
+    if name is None:
+        os.replace(tmp, final)
+        return final
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
     return final
 
 
-def _stage(folder: Path, data: pa.Table) -> tuple[Path, Path]:
+def _stage(folder: Path, data: pa.Table, name: str | None = None) -> tuple[Path, Path]:
     """Write ``data`` to a hidden temp file; returns it and the segment name it gets."""
-    name = f"{time.time_ns()}-{os.getpid()}-{next(_counter)}.parquet"
-    tmp = folder / f".{name}.tmp"
+    if name is None:
+        name, suffix = f"{time.time_ns()}-{os.getpid()}-{next(_counter)}.parquet", ""
+    else:  # several writers may stage the same fixed name
+        suffix = f".{os.getpid()}-{next(_counter)}"
+    tmp = folder / f".{name}{suffix}.tmp"
     pq.write_table(data, tmp, compression="zstd")
     with open(tmp, "rb") as handle:
         os.fsync(handle.fileno())

@@ -1,0 +1,196 @@
+"""Parse a chunk of spool lines into typed Arrow tables, vectorized.
+
+One spool file's new complete lines are parsed at once by Arrow's JSON reader against
+the union of every accepted table's columns, then split by ``"t"`` and checked column
+by column with Arrow compute (unknown columns, integer ranges, string lengths), giving
+the same rows and rejections as checking each record with ``agent/records.py``. A chunk
+the JSON reader refuses as a whole (a truncated line, a string where a number belongs, an
+unknown or reserved field, a header in the middle) is parsed line by line by
+``records.py`` instead, so one bad record costs that chunk's speed, never its good rows.
+
+Measured on the 2-core test VM: about 2.5 µs of CPU per 330-byte ``collectives`` record
+(Arrow's JSON reader is most of it), against about 5 µs for ``json.loads`` plus
+per-record checks.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from ranksight.store import schema
+from ranksight.trainer_hooks.spool import HEADER_TABLE
+
+from .records import _INT_RANGE, ACCEPTED_TABLES, MAX_STRING, RESERVED, Batch, record_schema
+
+_BASE = ("run_id", "attempt", "rank")
+
+
+def _union_schema() -> pa.Schema:
+    """Every accepted table's columns, integers as int64 (range-checked per table)."""
+    fields: dict[str, pa.DataType] = {"t": pa.string()}
+    for name in ACCEPTED_TABLES:
+        for column, ch_type in schema.TABLES[name].columns:
+            if column in RESERVED:
+                continue
+            if ch_type == "String":
+                fields[column] = pa.string()
+            elif ch_type == "Float64":
+                fields[column] = pa.float64()
+            elif ch_type == "UInt64":
+                fields.setdefault(column, pa.uint64())
+            else:
+                fields[column] = pa.int64()
+    return pa.schema(list(fields.items()))
+
+
+UNION = _union_schema()
+_PARSE = pj.ParseOptions(explicit_schema=UNION, unexpected_field_behavior="error")
+
+
+@dataclass
+class Parsed:
+    """Accepted rows per table (Arrow, :func:`records.record_schema` types) and the
+    reasons records were rejected. ``base`` is the file header seen last."""
+
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    rejected: list[str] = field(default_factory=list)
+    base: dict | None = None
+
+    @property
+    def count(self) -> int:
+        """Accepted rows across tables."""
+        return sum(t.num_rows for t in self.tables.values())
+
+    def extend(self, other: Parsed) -> None:
+        """Add ``other``'s rows and rejections to these."""
+        for name, table in other.tables.items():
+            have = self.tables.get(name)
+            self.tables[name] = table if have is None else pa.concat_tables([have, table])
+        self.rejected.extend(other.rejected)
+
+    def frames(self) -> dict:
+        """The accepted rows as one pandas DataFrame per table."""
+        return {name: t.to_pandas() for name, t in self.tables.items()}
+
+
+def parse_chunk(data: bytes, base: dict | None, source: str = "") -> Parsed:
+    """Parse complete JSON lines ``data`` of one spool file whose header (run_id,
+    attempt, rank) is ``base`` (None if not seen yet: the first line must then be the
+    header). ``source`` names the file in rejection reasons."""
+    try:
+        table = pj.read_json(io.BytesIO(data), parse_options=_PARSE)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return parse_lines(data, base, source)
+    kinds = table.column("t")
+    headers = pc.equal(kinds, HEADER_TABLE).fill_null(False)
+    n_headers = pc.sum(headers).as_py() or 0
+    if n_headers > 1 or (n_headers == 1 and not headers[0].as_py()):
+        return parse_lines(data, base, source)
+    if n_headers == 1:
+        base = {k: table.column(k)[0].as_py() for k in _BASE if table.column(k)[0].is_valid}
+        table, kinds = table.slice(1), kinds.slice(1)
+    out = Parsed(base=base)
+    if table.num_rows == 0:
+        return out
+    if base is None:
+        return parse_lines(data, None, source)
+    try:
+        for name in pc.unique(kinds).to_pylist():
+            if name in ACCEPTED_TABLES:
+                _check_table(name, table.filter(pc.equal(kinds, name)), base, out)
+            else:
+                n = pc.sum(pc.equal(kinds, name) if name is not None else pc.is_null(kinds))
+                out.rejected.extend([f"unknown table {name!r:.60}"] * n.as_py())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        return parse_lines(data, base, source)  # e.g. a header value of the wrong type
+    return out
+
+
+def parse_lines(data: bytes, base: dict | None, source: str = "") -> Parsed:
+    """The line-by-line path: each line through ``json.loads`` and ``records.Batch``."""
+    batch = Batch()
+    label = source.rsplit("/", 1)[-1]
+    for raw in data.splitlines():
+        try:
+            rec = json.loads(raw)
+            if not isinstance(rec, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as e:
+            batch.rejected.append(f"{label}: malformed line ({str(e)[:80]})")
+            continue
+        if rec.get("t") == HEADER_TABLE:
+            base = {k: rec[k] for k in _BASE if k in rec}
+        elif base is None:
+            batch.rejected.append(f"{label}: record before header")
+        else:
+            batch.add(rec, base)
+    return Parsed(batch.tables(), batch.rejected, base)
+
+
+def _check_table(name: str, rows: pa.Table, base: dict, out: Parsed) -> None:
+    """Validate ``rows`` (all of table ``name``) column by column into ``out``."""
+    target = record_schema(name)
+    wanted = set(target.names)
+    bad = pa.array([False] * rows.num_rows)
+    reasons: list[tuple[pa.Array, str]] = []
+    for column in rows.column_names:
+        if column == "t" or column in wanted:
+            continue
+        valid = pc.is_valid(rows.column(column))
+        if pc.any(valid).as_py():
+            reasons.append((valid, f"{name}: unknown columns [{column!r}]"))
+    for f in target:
+        ch_type = schema.TABLES[name].type_of(f.name)
+        check = _column_problem(rows.column(f.name), ch_type)
+        if check is not None:
+            reasons.append((check, f"{name}.{f.name}: out of range for {ch_type}"))
+    for mask, reason in reasons:
+        mask = pc.and_(mask, pc.invert(bad))
+        out.rejected.extend([reason] * (pc.sum(mask).as_py() or 0))
+        bad = pc.or_(bad, mask)
+    good = rows.filter(pc.invert(bad)) if reasons else rows
+    if good.num_rows:
+        out.extend(Parsed({name: _typed(good, target, base)}))
+
+
+def _column_problem(column: pa.ChunkedArray, ch_type: str) -> pa.ChunkedArray | None:
+    """Rows whose value does not fit ``ch_type`` (None if all do)."""
+    if ch_type == "String":
+        problem = pc.greater(pc.utf8_length(column), MAX_STRING)
+    elif ch_type == "UInt64" and pa.types.is_unsigned_integer(column.type):
+        return None
+    elif ch_type == "UInt64":
+        problem = pc.less(column, 0)
+    elif ch_type in _INT_RANGE:
+        low, high = _INT_RANGE[ch_type]
+        problem = pc.or_(pc.less(column, low), pc.greater(column, high))
+    else:
+        return None
+    problem = problem.fill_null(False)
+    return problem if pc.any(problem).as_py() else None
+
+
+def _typed(rows: pa.Table, target: pa.Schema, base: dict) -> pa.Table:
+    """``rows`` with ``target``'s columns and types; nulls become the header's value
+    (run_id, attempt, rank) or the column's default."""
+    arrays = []
+    for f in target:
+        column = rows.column(f.name)
+        if f.name in base:
+            fill = pa.scalar(base[f.name], column.type)
+        elif pa.types.is_string(f.type):
+            fill = pa.scalar("", pa.string())
+        elif pa.types.is_floating(f.type):
+            fill = pa.scalar(float("nan"), pa.float64())
+        else:
+            fill = pa.scalar(0, column.type)
+        if column.null_count:
+            column = column.fill_null(fill)
+        arrays.append(column.cast(f.type))
+    return pa.Table.from_arrays(arrays, schema=target)

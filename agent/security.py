@@ -1,0 +1,26 @@
+"""The agent's local endpoint is its spool folder: only the agent's own user may use it.
+
+Ranks hand records to the agent by writing files under the spool folder; nothing
+listens on a socket. The folder is made ``0700`` (owner only), so another user's process
+can neither read the records nor plant its own; a folder owned by another user is
+refused. Spool files owned by another user are skipped by the tailer.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+
+def secure_spool_dir(path: str) -> None:
+    """Create ``path`` if missing and make it ``0700``. Raises PermissionError naming it
+    if it belongs to another user (its records could be forged or read)."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    info = os.stat(path)
+    if info.st_uid != os.getuid():
+        raise PermissionError(
+            f"spool folder {path} belongs to uid {info.st_uid}, not this agent's uid "
+            f"{os.getuid()}: refusing records another user could forge or read"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, 0o700)
