@@ -25,6 +25,11 @@ CH_USER = "RANKSIGHT_CH_USER"
 CH_PASSWORD = "RANKSIGHT_CH_PASSWORD"
 """ClickHouse password when the store URL gives none (default empty). Never put it in a URL
 on a command line: command lines are visible to every user of the host."""
+CH_PASSWORD_FILE = "RANKSIGHT_CH_PASSWORD_FILE"
+"""A file whose first line is the ClickHouse password (used when the URL and
+``RANKSIGHT_CH_PASSWORD`` give none); it must not be readable by other users."""
+CH_CA_CERTS = "RANKSIGHT_CH_CA_CERTS"
+"""CA bundle (PEM) to verify a ``clickhouses://`` (TLS) server with (default: the system's)."""
 CLICKHOUSE_SERVER = "RANKSIGHT_CLICKHOUSE_SERVER"
 """Path of the ``clickhouse-server`` binary for local servers (default: PATH, then
 ``/usr/sbin/clickhouse-server``, where Debian puts it)."""
