@@ -50,7 +50,7 @@ def heatmap_figure(
             "autorange": "reversed",
             "tickmode": "array",
             "tickvals": list(y) if rows <= 64 else list(y[:: max(1, rows // 32)]),
-            "ticktext": h.row_labels if rows <= 64 else h.row_labels[:: max(1, rows // 32)],
+            "ticktext": _tick_text(h)[:: 1 if rows <= 64 else max(1, rows // 32)],
         },
         clickmode="event+select",
     )
@@ -58,18 +58,16 @@ def heatmap_figure(
 
 
 def _mark_culprits(fig: go.Figure, h: Heatmap) -> None:
-    """Red triangles just left of the first column on culprit rows."""
+    """Red triangles just left of the first column on culprit rows (their tick labels
+    also say "culprit")."""
     items = sorted(h.culprit_rows.items())
     x0 = h.col_steps[0] - max(1, h.step_bin) * 0.9 if h.col_steps else 0
     fig.add_trace(
         go.Scatter(
             x=[x0] * len(items),
             y=[row for _, row in items],
-            mode="markers+text",
+            mode="markers",
             marker={"symbol": "triangle-right", "size": 14, "color": CULPRIT},
-            text=[f"culprit r{rank}" for rank, _ in items],
-            textposition="middle left",
-            textfont={"color": CULPRIT},
             hovertemplate="culprit: rank %{customdata}<extra></extra>",
             customdata=[rank for rank, _ in items],
             showlegend=False,
@@ -93,3 +91,12 @@ def _mark_selection(fig: go.Figure, h: Heatmap, rank: int | None, step: int | No
             else h.col_steps[col] - h.step_bin / 2
         )
         fig.add_vrect(x0=x0, x1=x0 + h.step_bin, line=line)
+
+
+def _tick_text(h: Heatmap) -> list[str]:
+    """Row labels, culprit rows in red with "culprit" in front."""
+    marked = set(h.culprit_rows.values())
+    return [
+        f'<span style="color:{CULPRIT}">culprit {label}</span>' if i in marked else label
+        for i, label in enumerate(h.row_labels)
+    ]

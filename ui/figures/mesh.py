@@ -33,7 +33,7 @@ def mesh_figure(
             y=g["y"],
             mode="markers" if world > 64 else "markers+text",
             text=[str(int(r)) for r in g["rank"]],
-            textfont={"color": "white", "size": 10},
+            textfont={"color": "black", "size": 10},
             marker={
                 "symbol": "square",
                 "size": size,
@@ -68,7 +68,13 @@ def mesh_figure(
             "showgrid": False,
             "zeroline": False,
         },
-        yaxis={"autorange": "reversed", "title": "dp", "showgrid": False, "zeroline": False},
+        yaxis={
+            "autorange": "reversed",
+            "title": "dp",
+            "showgrid": False,
+            "zeroline": False,
+            "dtick": 1,
+        },
     )
     return fig
 
@@ -78,30 +84,40 @@ def _stage_ticks(shape: dict[str, int]) -> list[float]:
 
 
 def _edges(fig: go.Figure, g: pd.DataFrame, edges: pd.DataFrame) -> None:
+    """Each edge as a curved line (so edges along one row stay apart), width by the time
+    waited, with a hover point at its middle."""
     if edges.empty:
         return
     at = g.set_index(g["rank"].astype(int))[["x", "y"]]
     top = max(float(edges["waited_ms"].max()), 1e-9)
+    mid_x, mid_y, text = [], [], []
     for e in edges.itertuples():
         if e.waiter not in at.index or e.holder not in at.index:
             continue
-        a, b = at.loc[e.waiter], at.loc[e.holder]
-        fig.add_annotation(
-            x=b["x"],
-            y=b["y"],
-            ax=a["x"],
-            ay=a["y"],
-            xref="x",
-            yref="y",
-            axref="x",
-            ayref="y",
-            showarrow=True,
-            arrowhead=3,
-            arrowwidth=1 + 4 * e.waited_ms / top,
-            arrowcolor=CULPRIT,
-            opacity=0.7,
-            hovertext=f"rank {e.waiter} waited {e.waited_ms / 1000:.1f} s for rank {e.holder}",
+        (x0, y0), (x1, y1) = at.loc[e.waiter].to_numpy(float), at.loc[e.holder].to_numpy(float)
+        cx, cy = (x0 + x1) / 2 + 0.25 * (y1 - y0), (y0 + y1) / 2 - 0.25 * (x1 - x0) - 0.3
+        fig.add_shape(
+            type="path",
+            path=f"M {x0},{y0} Q {cx},{cy} {x1},{y1}",
+            line={"color": CULPRIT, "width": 1 + 5 * e.waited_ms / top},
+            opacity=0.6,
+            layer="below",
         )
+        mid_x.append(0.25 * x0 + 0.5 * cx + 0.25 * x1)
+        mid_y.append(0.25 * y0 + 0.5 * cy + 0.25 * y1)
+        text.append(f"rank {e.waiter} waited {e.waited_ms / 1000:.1f} s for rank {e.holder}")
+    fig.add_trace(
+        go.Scatter(
+            x=mid_x,
+            y=mid_y,
+            mode="markers",
+            marker={"color": CULPRIT, "size": 7},
+            hovertext=text,
+            hoverinfo="text",
+            name="wait-for edges",
+            showlegend=False,
+        )
+    )
 
 
 def _culprits(fig: go.Figure, g: pd.DataFrame, culprits: list[int], size: int) -> None:

@@ -54,7 +54,7 @@ def timeline_figure(tl: Timeline, members: pd.DataFrame | None = None) -> go.Fig
             "autorange": "reversed",
             "type": "category",
         },
-        legend={"orientation": "h", "y": -0.12},
+        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0.3},
         dragmode="zoom",
     )
     return fig
@@ -133,7 +133,7 @@ def _link(fig: go.Figure, members: pd.DataFrame, labels: dict) -> None:
                 name="last arriver",
                 marker={"color": LATE, "size": 14, "symbol": "star"},
                 text=[f"rank {int(last['rank'])} last, +{late_ms:.1f} ms"],
-                textposition="middle right",
+                textposition="top center",
                 textfont={"color": LATE},
                 hovertemplate="last arriver<extra></extra>",
             )

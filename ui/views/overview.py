@@ -42,7 +42,7 @@ def _headline(ctx: PageContext, series: pd.DataFrame) -> None:
     cols[2].metric("mesh dp x tp x pp", f"{shape['dp']} x {shape['tp']} x {shape['pp']}")
     cols[3].metric("steps", len(series) and int(series["n_steps"].sum()))
     tail = series.iloc[ctx.cfg.skip_steps :] if len(series) > ctx.cfg.skip_steps else series
-    cols[4].metric("median step", f"{tail['step_ms'].median():.1f} ms" if len(tail) else "-")
+    cols[4].metric("median step", f"{tail['step_ms'].median():.0f} ms" if len(tail) else "-")
     cols[5].metric("tokens/s", f"{tail['tokens_per_s'].median():,.0f}" if len(tail) else "-")
 
 
