@@ -101,6 +101,7 @@ class Agent:
         self._committed = self.tailer.seq
         self._suspect: set[int] = set()
         self._backoff = 0.0
+        self._schema_ready = False
         self._started_ns = time.time_ns()
         self._last_stats = 0.0
 
@@ -227,6 +228,9 @@ class Agent:
         if not batch.attempted:
             self.buffer.mark_attempted(seq)
         try:
+            if not self._schema_ready:  # the store may have been down when the agent started
+                self.store.init_schema()
+                self._schema_ready = True
             done = deliver(self.store, batch, verify=verify, settle_s=self.config.settle_s)
         except StoreError as exc:
             self._suspect.add(seq)

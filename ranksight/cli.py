@@ -7,9 +7,7 @@ Exit codes: 0 ok / no culprit, 3 a culprit was found (``report``, ``demo``), 1 a
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 
 import typer
 from rich.console import Console
@@ -34,9 +32,10 @@ def _fail(message: str, code: int = 1) -> None:
 
 def _open(url: str | None):
     from ranksight.store import StoreError, open_store
-    from ranksight.store.url import default_store_url
+    from ranksight.store.url import default_store_url, refuse_password
 
     try:
+        refuse_password(url)
         store = open_store(url or default_store_url())
         store.init_schema()
         return store
@@ -146,27 +145,33 @@ def agent(
     store: str = StoreOpt,
     interval: float = typer.Option(1.0, min=0.05, help="seconds between batches"),
     once: bool = typer.Option(False, help="ship what is there and exit"),
+    batch_rows: int = typer.Option(200_000, min=1, help="most records in one batch"),
+    buffer_dir: str = typer.Option(None, help="disk buffer folder (default: under the spool)"),
+    buffer_mb: int = typer.Option(1024, min=1, help="disk buffer bound, MiB"),
+    drop: str = typer.Option("drop_oldest", help="when the buffer is full: drop_oldest or drop_newest"),
 ) -> None:
     """Run the node agent: ship the local ranks' records to the store until SIGTERM/SIGINT."""
-    from ranksight.agent import Agent
+    from ranksight.agent import AgentConfig
+    from ranksight.agent.command import open_agent, serve
+    from ranksight.store import StoreError
     from ranksight.trainer_hooks.config import default_spool_dir
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ranksight-agent %(message)s")
-    a = Agent(spool or default_spool_dir(), _open(store), interval_s=interval)
+    try:
+        cfg = AgentConfig(
+            interval_s=interval, batch_rows=batch_rows, buffer_dir=buffer_dir,
+            buffer_bytes=buffer_mb << 20, drop_policy=drop,
+        )  # fmt: skip
+        a = open_agent(spool or default_spool_dir(), store, cfg)
+    except ValueError as e:
+        _fail(str(e), 2)
+    except (StoreError, RuntimeError, OSError) as e:
+        _fail(str(e))
     if once:
         n = a.drain()
         console.print(f"shipped {n} records ({a.stats.rejected} rejected)")
         return
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    a.run(stop)
-    logging.info(
-        "stopped: shipped=%d rejected=%d store_errors=%d",
-        a.stats.shipped,
-        a.stats.rejected,
-        a.stats.store_errors,
-    )
+    serve(a)
 
 
 def _register_extra_commands() -> None:
@@ -177,6 +182,10 @@ def _register_extra_commands() -> None:
     from ranksight.ui.command import ui
 
     app.command("ui")(ui)
+
+    from ranksight.store.command import db
+
+    app.add_typer(db, name="db")
 
 
 _register_extra_commands()

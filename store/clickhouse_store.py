@@ -45,8 +45,9 @@ class ClickHouseStore(Store):
     """Tables in database ``database`` of the server at ``host:port`` (native protocol).
 
     Connects lazily and reconnects after a failure; one query at a time per store
-    (thread-safe). ``connect_timeout`` and ``query_timeout`` are in seconds. Every error
-    is a StoreError naming the URL (never the password).
+    (thread-safe). ``connect_timeout`` and ``query_timeout`` are in seconds. ``secure``:
+    TLS, the server's certificate verified against ``ca_certs`` (a PEM file) or the
+    system's CAs. Every error is a StoreError naming the URL (never the password).
     """
 
     def __init__(
@@ -57,6 +58,7 @@ class ClickHouseStore(Store):
         user: str = "default",
         password: str = "",
         secure: bool = False,
+        ca_certs: str | None = None,
         url: str | None = None,
         connect_timeout: float = 3.0,
         query_timeout: float = 300.0,
@@ -74,6 +76,8 @@ class ClickHouseStore(Store):
             client_name="ranksight",
             settings={"use_numpy": True},  # numpy columns: ~5x faster inserts and reads
         )
+        if secure and ca_certs:
+            options["ca_certs"] = ca_certs
         self._client = Client(host, database=database, **options)
         self._admin = Client(host, database="default", **options)  # before the db exists
         self._lock = threading.Lock()

@@ -14,8 +14,12 @@ URL                                                    store
 =====================================================  ==========================================
 
 User and password not in the URL come from ``$RANKSIGHT_CH_USER`` and
-``$RANKSIGHT_CH_PASSWORD`` (default ``default`` and empty). Percent-escapes in them are
-decoded.
+``$RANKSIGHT_CH_PASSWORD``, else the first line of the file ``$RANKSIGHT_CH_PASSWORD_FILE``
+(refused if other users may read it); defaults ``default`` and empty. Percent-escapes in
+them are decoded. A URL with a password is for the environment (``$RANKSIGHT_STORE``),
+never for a command line, where every user of the host can read it: the CLI refuses one
+(:func:`refuse_password`). TLS: ``clickhouses://``, verified against the system's CAs or
+``$RANKSIGHT_CH_CA_CERTS``. Passwords never appear in errors or logs (:func:`redact`).
 """
 
 from __future__ import annotations
@@ -61,6 +65,37 @@ def default_store_url() -> str:
     default ``./.ranksight``)."""
     home = os.environ.get(env.HOME) or env.DEFAULT_HOME
     return os.environ.get(env.STORE) or str(Path(home) / "store")
+
+
+def refuse_password(url: str | None, where: str = "--store") -> None:
+    """Raise StoreError if ``url`` (given on a command line as ``where``) holds a password."""
+    if url and "://" in url and urlsplit(url).password:
+        raise StoreError(
+            f"{redact(url)}: a password in {where} is visible to every user of this host; "
+            f"set ${CH_PASSWORD} or ${env.CH_PASSWORD_FILE} instead"
+        )
+
+
+def password_from_env() -> str:
+    """``$RANKSIGHT_CH_PASSWORD``, else the first line of ``$RANKSIGHT_CH_PASSWORD_FILE``,
+    else ``""``. Raises StoreError if the file cannot be read or other users may read it."""
+    if os.environ.get(CH_PASSWORD):
+        return os.environ[CH_PASSWORD]
+    path = os.environ.get(env.CH_PASSWORD_FILE)
+    if not path:
+        return ""
+    try:
+        if os.stat(path).st_mode & 0o077:
+            raise StoreError(
+                f"password file {path} (${env.CH_PASSWORD_FILE}) may be read by other users; "
+                "chmod 600 it"
+            )
+        with open(path) as handle:
+            return handle.readline().rstrip("\r\n")
+    except OSError as exc:
+        raise StoreError(
+            f"cannot read the password file {path} (${env.CH_PASSWORD_FILE}): {exc.strerror}"
+        ) from None
 
 
 def redact(url: str) -> str:
@@ -111,8 +146,9 @@ def _server_store(url: str, scheme: str, connect: bool) -> Store:
         port,
         database,
         user=unquote(parts.username or "") or os.environ.get(CH_USER) or "default",
-        password=unquote(parts.password or "") or os.environ.get(CH_PASSWORD, ""),
+        password=unquote(parts.password or "") or password_from_env(),
         secure=scheme == "clickhouses",
+        ca_certs=os.environ.get(env.CH_CA_CERTS) or None,
         url=shown,
     )
     if connect:
