@@ -1,0 +1,190 @@
+"""Python stacks of the local rank processes, dumped with py-spy (``py-spy dump --json``).
+
+py-spy reads another process's memory through ptrace (``process_vm_readv``), so the agent
+must run as the ranks' user or as root with the ``SYS_PTRACE`` capability; without that,
+py-spy answers "Permission Denied" and :class:`StackTaker` says so once, with the fix.
+Dumps of all ranks of a node run in parallel, so they show the same moment as closely as
+a node allows. Only processes registered by local ranks (spool files or the ``ranks``
+table) are ever dumped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from .base import Unavailable
+from .local_ranks import LocalRank
+
+log = logging.getLogger("ranksight.collectors.pyspy")
+
+PERMISSION_FIX = (
+    "py-spy may not read the rank processes (ptrace permission denied): run the agent as the "
+    "same user as the ranks, or as root with the SYS_PTRACE capability (docker run --cap-add "
+    "SYS_PTRACE; Kubernetes securityContext.capabilities.add: [SYS_PTRACE]); with "
+    "kernel.yama.ptrace_scope=1 a non-root agent also needs SYS_PTRACE"
+)
+_DENIED = ("permission denied", "operation not permitted", "eperm")
+
+
+@dataclass(kw_only=True, slots=True)
+class PySpyConfig:
+    """How stacks are taken."""
+
+    command: tuple[str, ...] = ()
+    """The py-spy command (may start with a wrapper); empty: ``py-spy`` from PATH or
+    beside this Python."""
+    native: bool = False
+    """Also walk native (C/C++/CUDA runtime) frames (``--native``; slower)."""
+    timeout_s: float = 30.0
+    """Give up on one process's dump after this many seconds."""
+    parallel: int = 16
+    """Most dumps running at once."""
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0:
+            raise ValueError(f"py-spy timeout_s must be > 0, got {self.timeout_s}")
+        if self.parallel < 1:
+            raise ValueError(f"py-spy parallel must be >= 1, got {self.parallel}")
+
+
+@dataclass(frozen=True, slots=True)
+class StackDump:
+    """One process's dump."""
+
+    pid: int
+    ok: bool
+    error: str
+    """py-spy's message (first line) when not ok."""
+    threads: tuple[dict, ...]
+    """py-spy's JSON threads: thread_name, os_thread_id, active, owns_gil, frames
+    (innermost first: name, filename, short_filename, line)."""
+    raw_json: str
+    took_ms: float
+    native: bool
+    permission_denied: bool
+
+
+def find_pyspy() -> str | None:
+    """Path of the ``py-spy`` executable: PATH first, then this Python's scripts folder."""
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    beside = os.path.join(sysconfig.get_path("scripts"), "py-spy")
+    if os.access(beside, os.X_OK):
+        return beside
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return beside if os.access(beside, os.X_OK) else None
+
+
+def dump(pid: int, command: tuple[str, ...], config: PySpyConfig) -> StackDump:
+    """Dump ``pid`` with ``command`` (the py-spy command line start); retries once on a
+    failure other than a permission error (a process still starting is not readable)."""
+    result = _dump_once(pid, command, config)
+    if not result.ok and not result.permission_denied:
+        time.sleep(0.3)
+        result = _dump_once(pid, command, config)
+    return result
+
+
+def _dump_once(pid: int, command: tuple[str, ...], config: PySpyConfig) -> StackDump:
+    args = [*command, "dump", "--pid", str(pid), "--json"] + (["--native"] if config.native else [])
+    t0 = time.monotonic()
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, timeout=config.timeout_s)
+        text, err, rc = out.stdout, out.stderr, out.returncode
+    except subprocess.TimeoutExpired:
+        text, err, rc = "", f"py-spy timed out after {config.timeout_s:g} s", -1
+    took = (time.monotonic() - t0) * 1000
+    if rc == 0:
+        try:
+            threads = tuple(json.loads(text))
+            return StackDump(pid, True, "", threads, text, took, config.native, False)
+        except ValueError as exc:
+            err = f"py-spy printed no JSON: {exc}"
+    message = _first_line(err or text) or f"py-spy exited with {rc}"
+    denied = any(d in (err + text).lower() for d in _DENIED)
+    return StackDump(pid, False, message, (), "", took, config.native, denied)
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:500]
+    return ""
+
+
+def summarize(threads: tuple[dict, ...] | list[dict], depth: int = 4) -> str:
+    """One line per thread: ``name (tid) active+gil: f (file:line) <- g (file:line) ...``
+    with the ``depth`` innermost frames."""
+    lines = []
+    for t in threads:
+        state = ("active" if t.get("active") else "idle") + ("+gil" if t.get("owns_gil") else "")
+        frames = [
+            f"{f.get('name')} ({f.get('short_filename') or f.get('filename')}:{f.get('line')})"
+            for f in (t.get("frames") or [])[:depth]
+        ]
+        name = t.get("thread_name") or "?"
+        lines.append(
+            f"{name} ({t.get('os_thread_id')}) {state}: {' <- '.join(frames) or '(no frames)'}"
+        )
+    return "\n".join(lines)
+
+
+class StackTaker:
+    """Dumps local rank processes and turns the dumps into ``stacks`` rows; warns once,
+    with the fix, when py-spy lacks permission. Raises :class:`Unavailable` if py-spy is
+    not installed."""
+
+    def __init__(self, host: str, config: PySpyConfig | None = None) -> None:
+        self.host = host
+        self.config = config or PySpyConfig()
+        if self.config.command:
+            self.command = self.config.command
+        else:
+            path = find_pyspy()
+            if path is None:
+                raise Unavailable("py-spy is not installed (pip install py-spy)")
+            self.command = (path,)
+        self.permission_warned = False
+
+    def take(self, ranks: list[LocalRank], trigger: str) -> list[dict]:
+        """Dump every rank in ``ranks`` in parallel; one ``stacks`` row each (failed dumps
+        too, with their error), tagged with ``trigger`` and the time the dumps began."""
+        if not ranks:
+            return []
+        ts = time.time_ns()
+        workers = min(self.config.parallel, len(ranks))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ranksight-pyspy") as pool:
+            dumps = list(pool.map(lambda r: dump(r.pid, self.command, self.config), ranks))
+        if any(d.permission_denied for d in dumps) and not self.permission_warned:
+            self.permission_warned = True
+            log.warning(PERMISSION_FIX)
+        return [self._row(lr, d, trigger, ts) for lr, d in zip(ranks, dumps, strict=True)]
+
+    def _row(self, lr: LocalRank, d: StackDump, trigger: str, ts: int) -> dict:
+        error = f"{d.error} -- {PERMISSION_FIX}" if d.permission_denied else d.error
+        return {
+            "run_id": lr.run_id,
+            "attempt": lr.attempt,
+            "rank": lr.rank,
+            "host": self.host,
+            "pid": lr.pid,
+            "ts_ns": ts,
+            "trigger": trigger,
+            "native": int(d.native),
+            "ok": int(d.ok),
+            "error": error,
+            "threads": len(d.threads),
+            "summary": summarize(d.threads),
+            "stack_json": d.raw_json,
+            "took_ms": d.took_ms,
+        }
