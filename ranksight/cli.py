@@ -149,6 +149,13 @@ def agent(
     buffer_dir: str = typer.Option(None, help="disk buffer folder (default: under the spool)"),
     buffer_mb: int = typer.Option(1024, min=1, help="disk buffer bound, MiB"),
     drop: str = typer.Option("drop_oldest", help="when the buffer is full: drop_oldest or drop_newest"),
+    collectors: str = typer.Option(
+        "default",
+        help="node collectors: default, none, or some of nvml,xid,topology,rdma,netdev,host,fr,stacks",
+    ),
+    stall_s: float = typer.Option(
+        60.0, "--stall-s", min=1.0, help="py-spy a run's ranks when one made no progress this long (s)"
+    ),
 ) -> None:
     """Run the node agent: ship the local ranks' records to the store until SIGTERM/SIGINT."""
     from ranksight.agent import AgentConfig
@@ -171,7 +178,15 @@ def agent(
         n = a.drain()
         console.print(f"shipped {n} records ({a.stats.rejected} rejected)")
         return
+    from ranksight.agent.commands import start_collection
+
+    try:
+        collection = start_collection(a.store, spool or default_spool_dir(), collectors, stall_s)
+    except ValueError as e:
+        _fail(f"--collectors/--stall-s: {e}", 2)
     serve(a)
+    if collection is not None:
+        collection.stop()
 
 
 def _register_extra_commands() -> None:
@@ -186,6 +201,11 @@ def _register_extra_commands() -> None:
     from ranksight.store.command import db
 
     app.add_typer(db, name="db")
+
+    from ranksight.agent.commands import fr_import, stacks
+
+    app.command("stacks")(stacks)
+    app.command("fr-import")(fr_import)
 
 
 _register_extra_commands()
