@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ranksight.store import Store, schema
+from ranksight.store import Store
 
 from .run import RUN, RunView
 
@@ -38,10 +38,11 @@ def group_progress(store: Store, run: RunView) -> pd.DataFrame:
     return got.sort_values(["group_id", "rank"]).reset_index(drop=True)
 
 
-def group_summary(progress: pd.DataFrame) -> pd.DataFrame:
-    """One row per group, most suspicious first: group_id, size, seen (members with
-    records), furthest (highest sequence entered), lagging (ranks behind it, "3,7"),
-    stuck (ranks inside an op that never completed), last_op."""
+def group_summary(progress: pd.DataFrame, suspect_ranks: list[int] = ()) -> pd.DataFrame:
+    """One row per group: group_id, size, seen (members with records), furthest
+    (highest sequence entered), lagging (ranks behind it, "3,7"), stuck (ranks inside an
+    op that never completed), last_op. Groups where a suspect lags come first, then
+    groups with ranks lagging or stuck."""
     if progress.empty:
         return pd.DataFrame(
             columns=["group_id", "size", "seen", "furthest", "lagging", "stuck", "last_op"]
@@ -64,7 +65,13 @@ def group_summary(progress: pd.DataFrame) -> pd.DataFrame:
             }
         )
     out = pd.DataFrame(rows)
-    score = (out["lagging"] != "").astype(int) * 2 + (out["stuck"] != "").astype(int)
+    suspect = {str(r) for r in suspect_ranks}
+    has_suspect = out["lagging"].map(lambda lag: bool(suspect & set(lag.split(","))))
+    score = (
+        has_suspect.astype(int) * 4
+        + (out["lagging"] != "").astype(int) * 2
+        + (out["stuck"] != "").astype(int)
+    )
     return (
         out.assign(_s=score)
         .sort_values(["_s", "group_id"], ascending=[False, True])
@@ -73,10 +80,27 @@ def group_summary(progress: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-STACK_TABLE = "stacks"
-"""The table stack dumps land in, when the store has one (see ``store/schema.py``)."""
+OPEN_OPS = f"""
+SELECT rank, countIf(end_ns = 0) AS open_ops, max(enqueue_ns) AS last_enqueue
+FROM collectives WHERE {RUN}
+GROUP BY rank
+"""
 
 
-def has_table(name: str) -> bool:
-    """Whether this ranksight's schema defines table ``name``."""
-    return name in schema.TABLES
+def open_ops(store: Store, run: RunView) -> pd.Series:
+    """rank -> ops (collectives and send/recv) it issued that never completed."""
+    got = store.query(OPEN_OPS, run.params)
+    return pd.Series(got["open_ops"].to_numpy(int), index=got["rank"].astype(int).to_numpy())
+
+
+def suspects(progress: pd.DataFrame, open_by_rank: pd.Series) -> list[int]:
+    """Ranks behind in some group that are blocked in no op at all: they never entered
+    the collective their peers wait in, and are stuck elsewhere (compute, data, a
+    Python lock): their stacks say where. Ranks blocked in an op are victims."""
+    if progress.empty:
+        return []
+    behind = set(progress.loc[progress["behind"] > 0, "rank"].astype(int))
+    for _, g in progress.groupby("group_id"):
+        members = {int(x) for x in str(g["members"].iloc[0]).split(",") if x}
+        behind |= members - set(g["rank"].astype(int))  # never issued anything there
+    return sorted(r for r in behind if int(open_by_rank.get(r, 0)) == 0)

@@ -7,7 +7,7 @@ import streamlit as st
 
 from ranksight.ui import cache
 from ranksight.ui.context import PageContext
-from ranksight.ui.data.hang import group_summary
+from ranksight.ui.data.hang import group_summary, open_ops, suspects
 from ranksight.ui.guard import NoData
 
 
@@ -18,15 +18,23 @@ def render(ctx: PageContext) -> None:
     progress = cache.group_progress(ctx.url, run)
     if progress.empty:
         raise NoData(f"Run {run.run_id} has no collective records yet.")
-    summary = group_summary(progress)
+    named = suspects(progress, open_ops(cache.store_for(ctx.url), run))
+    summary = group_summary(progress, named)
     stuck = summary[(summary["lagging"] != "") | (summary["stuck"] != "")]
     if stuck.empty:
         st.success(
-            f"Every rank of all {len(summary)} groups entered and completed the same last collective: no rank is behind."
+            f"Every rank of all {len(summary)} groups entered and completed the same last "
+            "collective: no rank is behind."
         )
     else:
         st.error(
-            f"{len(stuck)} of {len(summary)} groups have ranks behind or blocked: see the first rows."
+            f"{len(stuck)} of {len(summary)} groups have ranks behind or blocked in a collective."
+        )
+    if named:
+        st.error(
+            f"Suspect rank(s) {', '.join(map(str, named))}: behind their peers and blocked in no "
+            "collective or send/recv, so they never entered the one the others wait in. Their "
+            "stacks (below) say where they are."
         )
     st.dataframe(summary, hide_index=True, width="stretch", key="hang_groups")
     gid = st.selectbox("Group", list(summary["group_id"]), index=0)
