@@ -1,12 +1,14 @@
 """Step time of the reference trainer at each hook level, side by side in one run.
 
-Runs the 8-rank CPU/gloo reference trainer (DP2 x TP2 x PP2) with ``--hooks off``,
-``default`` and ``detailed`` in rotating order, round after round, reads each run's per-rank
-step times from its ``--summary``, drops the first ``--warmup`` steps, and prints the
-median step time of each level and their ratio. Also times one full ``ranksight demo``
-(install excluded). Results go to bench/RESULTS.md by hand, with the machine.
+Runs the reference trainer with ``--hooks off``, ``default`` and ``detailed`` in rotating
+order, round after round, reads each run's per-rank step times from its ``--summary``,
+drops the first ``--warmup`` steps, and prints the median step time of each level and its
+ratio to ``off``. On CPU it also times one full ``ranksight demo`` (install excluded).
+Results go to bench/RESULTS.md by hand, with the machine.
 
-    python bench/hooks_overhead_cpu.py --pairs 3 --steps 12
+    python bench/hooks_overhead.py --pairs 3 --steps 12                  # 8 gloo ranks
+    python bench/hooks_overhead.py --device cuda --nproc 2 --dp 2 --tp 1 --pp 1 \
+        --extra="--dtype bf16 --d-model 2048 --layers 16 --heads 16 --seq-len 1024"
 """
 
 from __future__ import annotations
@@ -22,31 +24,14 @@ import tempfile
 import time
 
 
-def run_trainer(level: str, steps: int, workdir: str) -> list[float]:
-    """One torchrun of the trainer; returns step seconds (every rank, every step)."""
+def run_trainer(level: str, a: argparse.Namespace, workdir: str) -> dict[str, list[float]]:
+    """One torchrun of the trainer; returns step seconds per rank."""
     summary = os.path.join(workdir, f"summary-{level}-{time.time_ns()}.json")
     env = {**os.environ, "RANKSIGHT_HOME": workdir, "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=8",
-        "-m",
-        "ranksight.reference_trainer.train",
-        "--dp",
-        "2",
-        "--tp",
-        "2",
-        "--pp",
-        "2",
-        "--steps",
-        str(steps),
-        "--hooks",
-        level,
-        "--summary",
-        summary,
-    ]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={a.nproc}", "-m", "ranksight.reference_trainer.train",
+           "--dp", str(a.dp), "--tp", str(a.tp), "--pp", str(a.pp), "--device", a.device,
+           "--steps", str(a.steps), "--hooks", level, "--summary", summary, *a.extra.split()]  # fmt: skip
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(summary) as f:
         doc = json.load(f)
@@ -59,13 +44,19 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=2, help="leading steps dropped")
     p.add_argument("--no-demo", action="store_true", help="skip timing the demo")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--nproc", type=int, default=8, help="ranks (dp x tp x pp)")
+    p.add_argument("--dp", type=int, default=2)
+    p.add_argument("--tp", type=int, default=2)
+    p.add_argument("--pp", type=int, default=2)
+    p.add_argument("--extra", default="", help="more trainer flags, one string")
     a = p.parse_args()
     levels = ("off", "default", "detailed")
     times: dict[str, list[float]] = {level: [] for level in levels}
     with tempfile.TemporaryDirectory() as work:
         for i in range(a.pairs):
             for level in levels[i % 3 :] + levels[: i % 3]:  # rotate the order each round
-                by_rank = run_trainer(level, a.steps, work)
+                by_rank = run_trainer(level, a, work)
                 for secs in by_rank.values():
                     times[level] += secs[a.warmup :]
                 print(
@@ -81,7 +72,7 @@ def main() -> None:
                 f"step time hooks {level:<9}: {med[level] * 1e3:.1f} ms "
                 f"(median of {len(times[level])}), ratio to off {med[level] / med['off']:.3f}"
             )
-        if not a.no_demo:
+        if not a.no_demo and a.device == "cpu":
             env = {**os.environ, "RANKSIGHT_HOME": work}
             t0 = time.monotonic()
             rc = subprocess.run(
