@@ -149,6 +149,7 @@ def agent(
     buffer_dir: str = typer.Option(None, help="disk buffer folder (default: under the spool)"),
     buffer_mb: int = typer.Option(1024, min=1, help="disk buffer bound, MiB"),
     drop: str = typer.Option("drop_oldest", help="when the buffer is full: drop_oldest or drop_newest"),
+    stats_interval: float = typer.Option(10.0, min=0, help="seconds between agent_stats rows"),
     collectors: str = typer.Option(
         "default",
         help="node collectors: default, none, or some of nvml,xid,topology,rdma,netdev,host,fr,stacks",
@@ -167,7 +168,7 @@ def agent(
     try:
         cfg = AgentConfig(
             interval_s=interval, batch_rows=batch_rows, buffer_dir=buffer_dir,
-            buffer_bytes=buffer_mb << 20, drop_policy=drop,
+            buffer_bytes=buffer_mb << 20, drop_policy=drop, stats_interval_s=stats_interval,
         )  # fmt: skip
         a = open_agent(spool or default_spool_dir(), store, cfg)
     except ValueError as e:
