@@ -163,6 +163,29 @@ HOOK_STATS = Table(
     time_column="ts_ns",
 )
 
+PROGRESS = Table(
+    "progress",
+    _RUN
+    + (
+        ("rank", "UInt32"),
+        ("ts_ns", "Int64"),  # when the rank's writer thread took this snapshot
+        ("step", "Int32"),  # the step the rank is in, -1 between steps
+        ("group_id", "String"),
+        ("group_ranks", "String"),
+        ("direction", "String"),  # "" for collectives; "send" / "recv" for P2P
+        ("peer", "Int32"),  # P2P peer's global rank, -1 for collectives
+        ("issued_seq", "Int64"),  # highest group_seq issued, -1 if none
+        ("completed_seq", "Int64"),  # highest group_seq completed, -1 if none
+        ("last_op", "String"),
+        ("last_issue_ns", "Int64"),
+    )
+    + _DELIVERY,
+    order_by=("run_id", "attempt", "group_id", "rank", "ts_ns"),
+    time_column="ts_ns",
+)
+"""Per rank, group and P2P direction: how far it has issued and completed, every few
+seconds from a thread that keeps running while training is stuck (hang localization)."""
+
 FINDINGS = Table(
     "findings",
     _RUN
@@ -498,6 +521,7 @@ TABLES: dict[str, Table] = {
         PHASES,
         COLLECTIVES,
         HOOK_STATS,
+        PROGRESS,
         FINDINGS,
         SCHEMA_VERSION_TABLE,
         GPU_SAMPLES,
@@ -517,7 +541,7 @@ TABLES: dict[str, Table] = {
 }
 """Every table by name."""
 
-RECORD_TABLES = ("ranks", "steps", "phases", "collectives", "hook_stats")
+RECORD_TABLES = ("ranks", "steps", "phases", "collectives", "hook_stats", "progress")
 """Tables the trainer hooks write records for (through the node agent)."""
 
 DELIVERED_TABLES = tuple(n for n, t in TABLES.items() if "batch_id" in t.column_names)
