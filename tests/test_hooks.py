@@ -72,3 +72,14 @@ def test_hook_stats_report_no_drops(job):
     stats = job["hook_stats"]
     last = stats.sort_values("ts_ns").groupby("rank").tail(1)
     assert (last["dropped"] == 0).all() and (last["records"] > 0).all()
+
+
+def test_progress_snapshots_end_with_everything_completed(job):
+    prog = job["progress"]
+    assert set(prog["rank"]) == {0, 1, 2, 3}
+    last = prog.sort_values("ts_ns").groupby(["rank", "group_id", "direction", "peer"]).tail(1)
+    assert (last["issued_seq"] == last["completed_seq"]).all()
+    coll = job["collectives"]
+    counts = coll[coll["peer"] == -1].groupby(["rank", "group_id"]).size()
+    mine = last[last["direction"] == ""].set_index(["rank", "group_id"])["issued_seq"] + 1
+    assert mine.sort_index().to_dict() == counts.sort_index().to_dict()

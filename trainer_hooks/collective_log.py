@@ -88,6 +88,8 @@ class CollectiveLog:
         self._by_work: dict[int, tuple[Any, dict[str, Any]]] = {}
         self._no_future: list[tuple[dict[str, Any], Any]] = []
         self._done: collections.deque[dict[str, Any]] = collections.deque()
+        self.progress: dict[tuple[str, str, int], list[Any]] = {}
+        """(group_id, direction, peer) -> [group_ranks, issued, completed, last_op, last_issue_ns]."""
 
     def note_error(self, e: BaseException) -> None:
         """Count a bookkeeping failure (training goes on)."""
@@ -100,9 +102,13 @@ class CollectiveLog:
     ) -> dict[str, Any]:
         """A new record for an op issued at ``t0`` (ns). ``direction`` is "send"/"recv"
         for P2P (sequence per peer and direction), "" for collectives."""
-        key = (info.group_id, direction, peer) if direction else info.group_id
+        key = (info.group_id, direction, peer if direction else -1)
         seq = self._seq.get(key, 0)
         self._seq[key] = seq + 1
+        entry = self.progress.get(key)
+        if entry is None:
+            entry = self.progress[key] = [info.ranks_str, -1, -1, op, t0]
+        entry[1], entry[3], entry[4] = seq, op, t0
         step, phase = self.context()
         n_in, b_in, dtype = sizes_of(x_in)
         n_out, b_out, dtype_out = sizes_of(x_out)
@@ -115,14 +121,32 @@ class CollectiveLog:
             "bytes": max(b_in, b_out), "enqueue_ns": t0, "start_ns": t0, "end_ns": 0, "wait_ns": 0,
         }  # fmt: skip
 
+    def _completed(self, rec: dict[str, Any]) -> None:
+        direction = rec["op"] if rec["op"] in ("send", "recv") else ""
+        entry = self.progress.get((rec["group_id"], direction, rec["peer"] if direction else -1))
+        if entry is not None and rec["group_seq"] > entry[2]:
+            entry[2] = rec["group_seq"]
+
     def complete(self, rec: dict[str, Any], end_ns: int | None = None) -> None:
         """Set the record's end (now by default) and emit it (training thread only)."""
         rec["end_ns"] = end_ns or time.time_ns()
+        self._completed(rec)
         self.emit(rec)
 
     def _done_callback(self, rec: dict[str, Any]) -> None:
         rec["end_ns"] = time.time_ns()
+        self._completed(rec)  # at once: the training thread may be stuck
         self._done.append(rec)
+
+    def progress_records(self, step: int) -> list[dict[str, Any]]:
+        """One ``progress`` record per (group, direction, peer) seen so far."""
+        now = time.time_ns()
+        return [
+            {"t": "progress", "ts_ns": now, "step": step, "group_id": gid, "group_ranks": e[0],
+             "direction": direction, "peer": peer, "issued_seq": e[1], "completed_seq": e[2],
+             "last_op": e[3], "last_issue_ns": e[4]}
+            for (gid, direction, peer), e in list(self.progress.items())
+        ]  # fmt: skip
 
     def drain(self) -> None:
         """Emit the records whose futures completed since the last drain."""

@@ -143,6 +143,7 @@ class Hooks:
             max_buffered=config.max_buffered_records,
             budget_bytes=config.spool_budget_bytes,
             flush_interval_s=config.flush_interval_s,
+            tick=self._progress,
         )
         if self._spool.error:
             warnings.warn(f"ranksight: {self._spool.error}; records will be dropped", stacklevel=3)
@@ -198,6 +199,10 @@ class Hooks:
             self._hook_counts[record["group_id"]] += 1
             self._hook_ops[f"{record['group_id']} {record['op']}"] += 1
         self._spool.put(record)
+
+    def _progress(self) -> list[dict[str, Any]]:
+        log = getattr(self, "_log", None)
+        return log.progress_records(self._step) if log is not None else []
 
     def _context(self) -> tuple[int, str]:
         return self._step, (self._phase_stack[-1] if self._phase_stack else "")
@@ -277,6 +282,8 @@ class Hooks:
         for undo in reversed(self._undo):
             undo()
         self._log.flush()
+        for record in self._log.progress_records(self._step):
+            self._put(record)
         self._put_stats()
         self._put_run(status)
         self._spool.close()

@@ -12,6 +12,8 @@ import collections
 import json
 import os
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 HEADER_TABLE = "_header"
@@ -29,6 +31,8 @@ class SpoolWriter:
 
     ``put(record)`` costs one deque append. ``records`` counts records written to the
     file, ``dropped`` counts records lost (buffer full, budget exhausted, write error).
+    ``tick()``, if given, is called from the writer thread every ``tick_interval_s`` and its
+    records are written too (progress snapshots that go on while training is stuck).
     """
 
     def __init__(
@@ -39,8 +43,11 @@ class SpoolWriter:
         max_buffered: int,
         budget_bytes: int,
         flush_interval_s: float,
+        tick: Callable[[], list[dict[str, Any]]] | None = None,
+        tick_interval_s: float = 2.0,
     ) -> None:
         self.path = path
+        self._tick, self._tick_interval = tick, tick_interval_s
         self.records = 0
         self.dropped = 0
         self.error: str | None = None
@@ -97,7 +104,15 @@ class SpoolWriter:
             self.error = f"spool write failed: {e}"
 
     def _run(self) -> None:
+        next_tick = time.monotonic() + self._tick_interval
         while not self._stop.wait(self._interval):
+            if self._tick is not None and time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + self._tick_interval
+                try:
+                    for record in self._tick():
+                        self.put(record)
+                except Exception as e:  # a snapshot must never stop the writer
+                    self.error = f"progress snapshot failed: {e}"
             self._drain()
 
     def close(self, timeout_s: float = 5.0) -> None:
