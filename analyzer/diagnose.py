@@ -9,6 +9,8 @@ import pandas as pd
 
 from .findings import Finding
 from .groups import group_axes
+from .hang import find_hang
+from .hang_finding import hang_finding
 from .queries import RunData
 from .straggler import StragglerConfig, find_slow_ranks
 from .waits import WaitSummary, summarize_waits
@@ -101,6 +103,10 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
             notes.append(f"rank {s.rank} looked slow but mostly waited for another slow rank")
     findings = [_finding(s, data, coords, st, waits) for s in culprits]
     findings.sort(key=lambda f: -f.impact_pct)
+    if data.run.get("status") != "finished" and not data.progress.empty:
+        report = find_hang(data.progress, int(data.steps["end_ns"].max()))
+        if report is not None:
+            findings.insert(0, hang_finding(report, coords))
     med = float(analyzed.median()) / _MS if not analyzed.empty else 0.0
     return Analysis(data.run_id, data.attempt, findings, len(analyzed), med, notes)
 

@@ -8,11 +8,13 @@ knows no table aliases in joins), no CTEs, no window functions, values only as b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from ranksight.store import Store, StoreError
+
+from . import hang
 
 _RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
 
@@ -144,7 +146,8 @@ ORDER BY finding_id
 
 @dataclass(frozen=True)
 class RunData:
-    """Everything the analyzer reads for one run attempt (frames as the queries above)."""
+    """Everything the analyzer reads for one run attempt (frames as the queries above;
+    ``progress`` as ``hang.LATEST``)."""
 
     run_id: str
     attempt: int
@@ -155,6 +158,7 @@ class RunData:
     arrivals: pd.DataFrame
     p2p: pd.DataFrame
     groups: pd.DataFrame
+    progress: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 class UnknownRun(StoreError):
@@ -199,6 +203,7 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
         arrivals=_query(store, ARRIVALS, p),
         p2p=_query(store, P2P_WAITS, p),
         groups=_query(store, GROUPS, p),
+        progress=_query(store, hang.LATEST, p),
     )
 
 

@@ -1,0 +1,131 @@
+"""Hangs, localized from progress rather than timeouts.
+
+Every rank's hooks snapshot, every few seconds and from a thread that keeps running while
+training is stuck, how far each process group (and each P2P peer and direction) has been
+issued and completed. A hang is a run whose snapshots keep arriving while no step has
+ended for ``stall_s``. Then, per group, the ranks that never entered the op the others
+are blocked in are "missing"; following blocked -> missing edges through the mesh (TP,
+PP neighbours, DP) leads to the root: a rank missing from some op and blocked in none
+(stuck outside communication), or a rank whose snapshots stopped (its process is gone).
+This is what PyTorch's Flight Recorder analysis (fr_trace) does from dumps after the
+watchdog fires; here it runs live, seconds after the stop, not 10 minutes later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+LATEST = """
+SELECT rank, group_id, direction, peer,
+       argMax(issued_seq, ts_ns) AS issued, argMax(completed_seq, ts_ns) AS completed,
+       argMax(last_op, ts_ns) AS op, argMax(group_ranks, ts_ns) AS members,
+       max(ts_ns) AS seen_ns, argMax(step, ts_ns) AS at_step
+FROM progress WHERE run_id = %(run_id)s AND attempt = %(attempt)s
+GROUP BY rank, group_id, direction, peer
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HangConfig:
+    """When a run counts as hung."""
+
+    stall_s: float = 20.0
+    """No step ended for this long (s) while progress snapshots keep coming."""
+    gone_s: float = 8.0
+    """A rank whose snapshots stopped this long (s) before the newest is gone (dead)."""
+
+    def __post_init__(self) -> None:
+        if self.stall_s <= 0 or self.gone_s <= 0:
+            raise ValueError("stall_s and gone_s must be > 0")
+
+
+@dataclass(frozen=True)
+class HangReport:
+    """A localized hang: the root rank(s), who waits for whom, and in which ops."""
+
+    roots: list[int]
+    gone: list[int]
+    stalled_s: float
+    waits: list[dict] = field(default_factory=list)  # {waiter, holder, group_id, op, seq, kind}
+    blocked: dict[int, dict] = field(default_factory=dict)  # rank -> {group_id, op, seq}
+
+
+def _members(s: str) -> list[int]:
+    return [int(x) for x in str(s).split(",") if x != ""]
+
+
+def wait_edges(latest: pd.DataFrame) -> tuple[list[dict], dict[int, dict]]:
+    """Blocked -> missing edges from the latest snapshot per (rank, group, direction,
+    peer): in a collective group, a rank blocked in seq n waits for members that have not
+    issued n; a rank blocked in a recv waits for the peer whose matching send is not issued."""
+    edges, blocked = [], {}
+    coll = latest[latest["direction"] == ""]
+    for gid, rows in coll.groupby("group_id"):
+        issued = dict(zip(rows["rank"].astype(int), rows["issued"], strict=True))
+        for member in _members(rows["members"].iloc[0]):
+            issued.setdefault(member, -1)
+        for r in rows[rows["completed"] < rows["issued"]].itertuples():
+            blocked[int(r.rank)] = {"group_id": gid, "op": r.op, "seq": int(r.issued)}
+            for m, n in issued.items():
+                if n < r.issued:
+                    edges.append(
+                        {
+                            "waiter": int(r.rank),
+                            "holder": m,
+                            "group_id": gid,
+                            "op": r.op,
+                            "seq": int(r.issued),
+                            "kind": "collective",
+                        }
+                    )
+    p2p = latest[latest["direction"] != ""]
+    sends = {
+        (int(r.rank), int(r.peer), r.group_id): int(r.issued)
+        for r in p2p[p2p["direction"] == "send"].itertuples()
+    }
+    for r in p2p[(p2p["direction"] == "recv") & (p2p["completed"] < p2p["issued"])].itertuples():
+        blocked.setdefault(
+            int(r.rank), {"group_id": r.group_id, "op": "recv", "seq": int(r.issued)}
+        )
+        if sends.get((int(r.peer), int(r.rank), r.group_id), -1) < r.issued:
+            edges.append(
+                {
+                    "waiter": int(r.rank),
+                    "holder": int(r.peer),
+                    "group_id": r.group_id,
+                    "op": "recv",
+                    "seq": int(r.issued),
+                    "kind": "p2p",
+                }
+            )
+    return edges, blocked
+
+
+def roots_of(edges: list[dict], blocked: dict[int, dict], gone: list[int]) -> list[int]:
+    """Holders reachable from the blocked ranks that are not blocked themselves (or are
+    gone): the ranks everyone ends up waiting for."""
+    holders = {e["holder"] for e in edges}
+    return sorted(r for r in holders if r not in blocked or r in gone)
+
+
+def find_hang(
+    latest: pd.DataFrame, last_step_end_ns: int, cfg: HangConfig | None = None
+) -> HangReport | None:
+    """The hang in a run, or None if it is progressing. ``latest``: the LATEST query's
+    frame; ``last_step_end_ns``: the newest step end over all ranks (ns)."""
+    cfg = cfg or HangConfig()
+    if latest.empty:
+        return None
+    newest = int(latest["seen_ns"].max())
+    stalled_s = (newest - last_step_end_ns) / 1e9
+    if stalled_s < cfg.stall_s:
+        return None
+    seen = latest.groupby("rank")["seen_ns"].max()
+    gone = sorted(int(r) for r, t in seen.items() if (newest - t) / 1e9 >= cfg.gone_s)
+    edges, blocked = wait_edges(latest)
+    if not blocked and not gone:
+        return None
+    roots = roots_of(edges, blocked, gone) or gone
+    return HangReport(roots=roots, gone=gone, stalled_s=stalled_s, waits=edges, blocked=blocked)

@@ -1,0 +1,75 @@
+"""A localized hang as a Finding: who everyone waits for, in which op, and why."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .findings import Finding
+from .hang import HangReport
+
+
+def _ops_waiting_on(report: HangReport, root: int) -> list[dict]:
+    seen, out = set(), []
+    for e in report.waits:
+        key = (e["group_id"], e["op"], e["seq"])
+        if e["holder"] == root and key not in seen:
+            seen.add(key)
+            waiters = sorted(
+                {
+                    w["waiter"]
+                    for w in report.waits
+                    if w["holder"] == root and (w["group_id"], w["op"], w["seq"]) == key
+                }
+            )
+            out.append(
+                {
+                    "group_id": e["group_id"],
+                    "op": e["op"],
+                    "seq": e["seq"],
+                    "kind": e["kind"],
+                    "blocked_ranks": waiters,
+                }
+            )
+    return out
+
+
+def hang_finding(report: HangReport, coords: pd.DataFrame) -> Finding:
+    """The Finding for ``report``: culprit the first root; cause ``crash`` if its
+    snapshots stopped (the process is gone), else ``stuck`` (alive, in no collective);
+    impact 100% (no step completes)."""
+    root = report.roots[0]
+    c = coords.loc[root] if root in coords.index else {"dp": -1, "tp": -1, "pp": -1, "host": ""}
+    cause = "crash" if root in report.gone else "stuck"
+    ops = _ops_waiting_on(report, root)
+    first = ops[0] if ops else {"op": "?", "seq": -1, "blocked_ranks": []}
+    blocked = sorted(report.blocked)
+    how = (
+        "its process stopped reporting"
+        if cause == "crash"
+        else "it is alive but not inside any collective"
+    )
+    summary = (
+        f"job hung for {report.stalled_s:.0f} s: rank {root} (dp={c['dp']}, tp={c['tp']}, "
+        f"pp={c['pp']}, host {c['host']}) never entered {first['op']} #{first['seq']}; "
+        f"{how}; ranks {blocked} are blocked waiting"
+    )
+    evidence = {
+        "roots": report.roots,
+        "gone": report.gone,
+        "stalled_s": round(report.stalled_s, 1),
+        "waiting_on_root": ops,
+        "blocked": {str(r): b for r, b in report.blocked.items()},
+    }
+    return Finding(
+        kind="hang",
+        cause=cause,
+        culprit_rank=int(root),
+        host=str(c["host"]),
+        dp=int(c["dp"]),
+        tp=int(c["tp"]),
+        pp=int(c["pp"]),
+        confidence=0.9 if ops else 0.6,
+        impact_pct=100.0,
+        summary=summary,
+        evidence=evidence,
+    )

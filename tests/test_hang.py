@@ -1,0 +1,86 @@
+"""Hang localization from progress snapshots (pure, synthetic frames)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from ranksight.analyzer.hang import HangConfig, find_hang
+from ranksight.analyzer.hang_finding import hang_finding
+
+S = 1_000_000_000
+
+
+def snap(rank, group, members, issued, completed, seen_s, direction="", peer=-1, op="all_reduce"):
+    return {
+        "rank": rank,
+        "group_id": group,
+        "direction": direction,
+        "peer": peer,
+        "issued": issued,
+        "completed": completed,
+        "op": op,
+        "members": members,
+        "seen_ns": seen_s * S,
+        "at_step": 5,
+    }
+
+
+def coords():
+    return pd.DataFrame(
+        {"rank": range(4), "dp": [0, 0, 1, 1], "tp": [0, 1, 0, 1], "pp": [0] * 4, "host": ["h"] * 4}
+    ).set_index("rank")
+
+
+def test_rank_that_never_entered_is_the_root():
+    # TP group {0,1}: rank 0 blocked in seq 7, rank 1 issued only 6; DP group {0,2}: fine;
+    # rank 2 blocked in DP all_reduce #3 waiting for rank 0 (which is itself blocked).
+    latest = pd.DataFrame(
+        [
+            snap(0, "tp0", "0,1", 7, 6, 100),
+            snap(1, "tp0", "0,1", 6, 6, 100),
+            snap(0, "dp0", "0,2", 2, 2, 100),
+            snap(2, "dp0", "0,2", 3, 2, 100),
+        ]
+    )
+    report = find_hang(latest, last_step_end_ns=60 * S)
+    assert report is not None and report.roots == [1] and report.gone == []
+    assert sorted(report.blocked) == [0, 2]
+    f = hang_finding(report, coords())
+    assert (f.kind, f.cause, f.culprit_rank, f.tp) == ("hang", "stuck", 1, 1)
+    assert f.evidence["waiting_on_root"][0]["blocked_ranks"] == [0]
+    assert "never entered all_reduce #7" in f.summary
+
+
+def test_p2p_wait_points_at_the_sender():
+    latest = pd.DataFrame(
+        [
+            snap(2, "pp", "0,2", 4, 3, 100, direction="recv", peer=0, op="recv"),
+            snap(0, "pp", "0,2", 3, 3, 100, direction="send", peer=2, op="send"),
+        ]
+    )
+    report = find_hang(latest, last_step_end_ns=70 * S)
+    assert report.roots == [0] and report.waits[0]["kind"] == "p2p"
+
+
+def test_dead_rank_is_a_crash():
+    latest = pd.DataFrame(
+        [
+            snap(0, "tp0", "0,1", 7, 6, 100),
+            snap(1, "tp0", "0,1", 6, 6, 80),
+        ]
+    )
+    f = hang_finding(find_hang(latest, last_step_end_ns=70 * S), coords())
+    assert (f.culprit_rank, f.cause) == (1, "crash")
+
+
+def test_progressing_run_is_not_hung():
+    latest = pd.DataFrame([snap(0, "tp0", "0,1", 7, 6, 100), snap(1, "tp0", "0,1", 6, 6, 100)])
+    assert find_hang(latest, last_step_end_ns=95 * S) is None  # a step ended 5 s ago
+    done = pd.DataFrame([snap(0, "tp0", "0,1", 7, 7, 100), snap(1, "tp0", "0,1", 7, 7, 100)])
+    assert find_hang(done, last_step_end_ns=10 * S) is None  # nothing blocked, no one gone
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        HangConfig(stall_s=0)
