@@ -11,6 +11,7 @@ from .findings import Finding
 from .groups import group_axes
 from .hang import find_hang
 from .hang_finding import hang_finding
+from .more_findings import desync_findings, nan_findings, slow_comm_findings
 from .queries import RunData
 from .straggler import StragglerConfig, find_slow_ranks
 from .waits import WaitSummary, summarize_waits
@@ -102,13 +103,16 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
         if s not in culprits:
             notes.append(f"rank {s.rank} looked slow but mostly waited for another slow rank")
     findings = [_finding(s, data, coords, st, waits) for s in culprits]
+    med_ms = float(analyzed.median()) / _MS if not analyzed.empty else 0.0
+    findings += slow_comm_findings(data.arrivals, data.groups, axes, coords, med_ms, cfg.skip_steps)
+    findings += desync_findings(data.mismatches, coords)
+    findings += nan_findings(data.steps, coords)
     findings.sort(key=lambda f: -f.impact_pct)
     if data.run.get("status") != "finished" and not data.progress.empty:
         report = find_hang(data.progress, int(data.steps["end_ns"].max()))
         if report is not None:
             findings.insert(0, hang_finding(report, coords))
-    med = float(analyzed.median()) / _MS if not analyzed.empty else 0.0
-    return Analysis(data.run_id, data.attempt, findings, len(analyzed), med, notes)
+    return Analysis(data.run_id, data.attempt, findings, len(analyzed), med_ms, notes)
 
 
 def _finding(s, data: RunData, coords: pd.DataFrame, st: pd.Series, waits: WaitSummary) -> Finding:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ranksight.store import Store, StoreError
 
-from . import hang
+from . import desync, hang
 
 _RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
 
@@ -159,6 +159,7 @@ class RunData:
     p2p: pd.DataFrame
     groups: pd.DataFrame
     progress: pd.DataFrame = field(default_factory=pd.DataFrame)
+    mismatches: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 class UnknownRun(StoreError):
@@ -204,6 +205,7 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
         p2p=_query(store, P2P_WAITS, p),
         groups=_query(store, GROUPS, p),
         progress=_query(store, hang.LATEST, p),
+        mismatches=_query(store, desync.MISMATCHES, p),
     )
 
 

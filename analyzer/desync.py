@@ -1,0 +1,58 @@
+"""Desync: ranks at the same (group, sequence) issuing different collectives.
+
+As PyTorch's Flight Recorder analysis (``fr_trace``) does from dumps: every member of a
+group must issue the same op with the same sizes and dtype at each sequence number; the
+first sequence where they differ names the odd rank(s) out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pandas as pd
+
+MISMATCHES = """
+SELECT group_id, group_seq, any(group_ranks) AS members,
+       groupArray(rank) AS ranks_list, groupArray(op) AS ops_list,
+       groupArray(numel_in) AS sizes_list, groupArray(dtype) AS dtypes_list,
+       uniqExact(op) AS n_ops, uniqExact(numel_in) AS n_sizes, uniqExact(dtype) AS n_dtypes
+FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND peer = -1
+GROUP BY group_id, group_seq
+HAVING n_ops > 1 OR n_sizes > 1 OR n_dtypes > 1
+ORDER BY group_seq
+LIMIT 1000
+"""
+
+
+def odd_ranks(row: dict) -> tuple[list[int], dict]:
+    """The members whose (op, size, dtype) differs from the majority at this sequence,
+    and what each signature was."""
+    sigs = [
+        (o, int(n), d)
+        for o, n, d in zip(row["ops_list"], row["sizes_list"], row["dtypes_list"], strict=True)
+    ]
+    majority, _ = Counter(sigs).most_common(1)[0]
+    ranks = [int(r) for r in row["ranks_list"]]
+    odd = sorted(r for r, s in zip(ranks, sigs, strict=True) if s != majority)
+    seen = {
+        str(r): {"op": s[0], "numel": s[1], "dtype": s[2]} for r, s in zip(ranks, sigs, strict=True)
+    }
+    return odd, seen
+
+
+def first_desyncs(mismatches: pd.DataFrame) -> list[dict]:
+    """Per group, the first mismatched sequence: group, seq, odd ranks, signatures."""
+    out = []
+    for gid, rows in mismatches.groupby("group_id"):
+        row = rows.sort_values("group_seq").iloc[0].to_dict()
+        odd, seen = odd_ranks(row)
+        out.append(
+            {
+                "group_id": gid,
+                "seq": int(row["group_seq"]),
+                "odd_ranks": odd,
+                "members": row["members"],
+                "signatures": seen,
+            }
+        )
+    return sorted(out, key=lambda d: d["seq"])

@@ -1,0 +1,157 @@
+"""Findings beyond compute stragglers: slow communication, desync, NaN/Inf loss."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .desync import first_desyncs
+from .findings import Finding
+from .nan import nan_onsets
+from .slow_comm import SlowGroup, find_slow_groups, shared_ranks
+
+_NO_COORDS = {"dp": -1, "tp": -1, "pp": -1, "host": ""}
+
+
+def _at(coords: pd.DataFrame, rank: int) -> dict:
+    return coords.loc[rank].to_dict() if rank in coords.index else dict(_NO_COORDS)
+
+
+def _finding(kind: str, cause: str, rank: int, coords: pd.DataFrame, **kw) -> Finding:
+    c = _at(coords, rank)
+    return Finding(
+        kind=kind,
+        cause=cause,
+        culprit_rank=int(rank),
+        host=str(c["host"]),
+        dp=int(c["dp"]),
+        tp=int(c["tp"]),
+        pp=int(c["pp"]),
+        **kw,
+    )
+
+
+def _members(groups: pd.DataFrame) -> dict[str, list[int]]:
+    return {
+        g: [int(x) for x in str(r).split(",") if x]
+        for g, r in zip(groups["group_id"], groups["group_ranks"], strict=True)
+    }
+
+
+def slow_comm_findings(
+    arrivals: pd.DataFrame,
+    groups: pd.DataFrame,
+    axes: dict[str, str],
+    coords: pd.DataFrame,
+    step_ms: float,
+    skip_steps: int,
+) -> list[Finding]:
+    """One finding for the slow groups: culprit the rank shared by all of them (-1 when
+    they share none or several: the link between the members)."""
+    if groups.empty:
+        return []
+    slow = find_slow_groups(arrivals, axes, _members(groups), skip_steps)
+    if not slow:
+        return []
+    common = shared_ranks(slow)
+    rank = common[0] if len(common) == 1 else -1
+    per_step = _excess_per_step_ms(arrivals, slow)
+    impact = min(100.0, 100.0 * per_step / step_ms) if step_ms else 0.0
+    where = f"rank {rank}" if rank >= 0 else f"the link between ranks {common or slow[0].members}"
+    g = slow[0]
+    summary = (
+        f"communication is slow in {len(slow)} {g.axis} group(s) while arrival skew is low "
+        f"({g.transfer_ms:.1f} ms per collective after the last arrival vs "
+        f"{g.peers_transfer_ms:.1f} ms in the other {g.axis} groups): {where}"
+    )
+    evidence = {
+        "slow_groups": [_group_evidence(s) for s in slow],
+        "shared_ranks": common,
+        "excess_ms_per_step": round(per_step, 1),
+    }
+    return [
+        _finding(
+            "slow_communication",
+            "communication",
+            rank,
+            coords,
+            confidence=0.8,
+            impact_pct=round(impact, 1),
+            summary=summary,
+            evidence=evidence,
+        )
+    ]
+
+
+def _group_evidence(s: SlowGroup) -> dict:
+    return {
+        "group_id": s.group_id,
+        "axis": s.axis,
+        "members": s.members,
+        "transfer_ms": round(s.transfer_ms, 2),
+        "peers_transfer_ms": round(s.peers_transfer_ms, 2),
+        "arrival_skew_ms": round(s.skew_ms, 2),
+        "slow_steps": s.slow_steps,
+        "steps": s.steps,
+    }
+
+
+def _excess_per_step_ms(arrivals: pd.DataFrame, slow: list[SlowGroup]) -> float:
+    ids = {s.group_id for s in slow}
+    sub = arrivals[arrivals["group_id"].isin(ids)]
+    per_instance = {s.group_id: (s.transfer_ms - s.peers_transfer_ms) for s in slow}
+    counts = (
+        sub.groupby(["group_id", "step"])["n"].sum()
+        / sub.groupby(["group_id", "step"])["rank"].nunique()
+    )
+    per_step = counts.groupby(level=0).median()
+    return float(sum(per_instance[g] * n for g, n in per_step.items()))
+
+
+def desync_findings(mismatches: pd.DataFrame, coords: pd.DataFrame) -> list[Finding]:
+    """One finding per odd rank at the first mismatched sequence of its group."""
+    out = []
+    for d in first_desyncs(mismatches) if not mismatches.empty else []:
+        for rank in d["odd_ranks"][:1]:
+            mine = d["signatures"][str(rank)]
+            summary = (
+                f"desync: at {d['group_id']} #{d['seq']} rank {rank} issued {mine['op']} of "
+                f"{mine['numel']} {mine['dtype']} elements while the other members "
+                "issued something else; the job will hang or compute garbage"
+            )
+            out.append(
+                _finding(
+                    "desync",
+                    "mismatched_collective",
+                    rank,
+                    coords,
+                    confidence=0.9,
+                    impact_pct=100.0,
+                    summary=summary,
+                    evidence=d,
+                )
+            )
+    return out
+
+
+def nan_findings(steps: pd.DataFrame, coords: pd.DataFrame) -> list[Finding]:
+    """The rank(s) whose loss turned NaN/Inf first."""
+    onsets = nan_onsets(steps)
+    if not onsets:
+        return []
+    first = min(onsets.values())
+    out = []
+    for rank in sorted(r for r, s in onsets.items() if s == first):
+        summary = f"loss on rank {rank} became NaN/Inf at step {first} (finite before)"
+        out.append(
+            _finding(
+                "nan",
+                "numerics",
+                rank,
+                coords,
+                confidence=0.9,
+                impact_pct=100.0,
+                summary=summary,
+                evidence={"first_bad_step": first, "all_onsets": onsets},
+            )
+        )
+    return out

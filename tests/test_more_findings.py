@@ -1,0 +1,109 @@
+"""Slow communication, desync and NaN findings on synthetic frames with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ranksight.analyzer.more_findings import desync_findings, nan_findings, slow_comm_findings
+
+MS = 1_000_000
+
+
+def coords(world=8):
+    return pd.DataFrame(
+        {
+            "rank": range(world),
+            "dp": [r // 4 for r in range(world)],
+            "pp": [(r // 2) % 2 for r in range(world)],
+            "tp": [r % 2 for r in range(world)],
+            "host": ["h"] * world,
+        }
+    ).set_index("rank")
+
+
+def test_slow_tp_group_is_found_with_low_skew():
+    rows, groups = [], []
+    for g in range(4):  # TP pairs (0,1) (2,3) (4,5) (6,7); pair 2 has a slow link
+        members = [2 * g, 2 * g + 1]
+        groups.append({"group_id": f"tp{g}", "group_ranks": ",".join(map(str, members))})
+        for step in range(10):
+            for r in members:
+                transfer = (12 if g == 2 else 1) * MS
+                rows.append(
+                    {
+                        "rank": r,
+                        "last_rank": members[1],
+                        "group_id": f"tp{g}",
+                        "step": step,
+                        "op": "all_reduce",
+                        "n": 4,
+                        "waited_ns": 4 * 0.1 * MS,
+                        "after_last_ns": 4 * transfer,
+                    }
+                )
+    arrivals = pd.DataFrame(rows)
+    axes = {f"tp{g}": "tp" for g in range(4)}
+    found = slow_comm_findings(
+        arrivals, pd.DataFrame(groups), axes, coords(), step_ms=100.0, skip_steps=1
+    )
+    assert len(found) == 1
+    f = found[0]
+    assert (f.kind, f.cause) == ("slow_communication", "communication")
+    assert f.culprit_rank == -1 and f.evidence["shared_ranks"] == [4, 5]
+    assert f.evidence["slow_groups"][0]["transfer_ms"] == 12.0
+    assert 40 < f.impact_pct < 50  # 4 x 11 ms extra per 100 ms step
+
+
+def test_even_groups_are_not_slow():
+    rows = [
+        {
+            "rank": r,
+            "last_rank": r,
+            "group_id": f"tp{r // 2}",
+            "step": s,
+            "op": "all_reduce",
+            "n": 1,
+            "waited_ns": 0.0,
+            "after_last_ns": float(MS * (1 + 0.1 * np.sin(r + s))),
+        }
+        for r in range(8)
+        for s in range(10)
+    ]
+    groups = pd.DataFrame(
+        [{"group_id": f"tp{g}", "group_ranks": f"{2 * g},{2 * g + 1}"} for g in range(4)]
+    )
+    axes = {f"tp{g}": "tp" for g in range(4)}
+    assert slow_comm_findings(pd.DataFrame(rows), groups, axes, coords(), 100.0, 1) == []
+
+
+def test_desync_names_the_odd_rank():
+    mism = pd.DataFrame(
+        [
+            {
+                "group_id": "dp0",
+                "group_seq": 7,
+                "members": "0,4,8",
+                "ranks_list": [0, 4, 8],
+                "ops_list": ["all_reduce"] * 3,
+                "sizes_list": [1024, 512, 1024],
+                "dtypes_list": ["float32"] * 3,
+                "n_ops": 1,
+                "n_sizes": 2,
+                "n_dtypes": 1,
+            }
+        ]
+    )
+    found = desync_findings(mism, coords(12))
+    assert [f.culprit_rank for f in found] == [4]
+    assert found[0].kind == "desync" and found[0].evidence["seq"] == 7
+
+
+def test_nan_onset_ignores_ranks_without_loss():
+    rows = []
+    for step in range(10):
+        rows.append({"rank": 6, "step": step, "loss": 3.0 if step < 5 else np.nan})
+        rows.append({"rank": 7, "step": step, "loss": 3.0})
+        rows.append({"rank": 0, "step": step, "loss": np.nan})  # first stage: no loss
+    found = nan_findings(pd.DataFrame(rows), coords())
+    assert [(f.culprit_rank, f.evidence["first_bad_step"]) for f in found] == [(6, 5)]
