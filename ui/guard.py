@@ -30,7 +30,10 @@ def page_guard(url: str) -> Iterator[None]:
     except NoData as e:
         st.info(str(e))
     except StoreError as e:
-        st.error(f"The store is unavailable: {e}")
+        if "no store here" in str(e):  # a chdb folder nothing was written to yet
+            st.info(f"No store at {url} yet. Start a run with: ranksight demo --store {url}")
+        else:
+            st.error(f"The store is unavailable: {e}")
     except ValueError as e:
         st.warning(f"Cannot show this: {e}")
     except Exception as e:  # noqa: BLE001 - the page must explain, not crash

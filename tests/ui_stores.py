@@ -1,0 +1,115 @@
+"""Stored runs for the UI tests, made once per test session and shared by the AppTest
+and browser tests: a real `ranksight demo` run (8 gloo ranks, rank 5 slowed 3x from step
+4) and a synthetic 32-rank run (rank 12 slowed 3x from step 5), each analyzed.
+Also helpers to read what a Plotly chart in an AppTest holds."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+_made: dict[str, StoredRun] = {}
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A store folder holding one analyzed run."""
+
+    store: str
+    run_id: str
+    world: int
+    steps: int
+    culprit: int
+
+
+def demo_run(tmp_path_factory) -> StoredRun:
+    """The `ranksight demo --steps 10` run (made on first use, about a minute on 2 cores)."""
+    if "demo" not in _made:
+        home = str(tmp_path_factory.mktemp("ui_demo"))
+        store = os.path.join(home, "store")
+        env = {**os.environ, "RANKSIGHT_HOME": home}
+        env.pop("RANKSIGHT_STORE", None)
+        cmd = [
+            sys.executable,
+            "-m",
+            "ranksight.cli",
+            "demo",
+            "--steps",
+            "10",
+            "--store",
+            store,
+            "--format",
+            "json",
+        ]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+        assert out.returncode in (0, 3), out.stderr[-4000:]
+        doc = json.loads(out.stdout)
+        assert [f["culprit_rank"] for f in doc["findings"]] == [5], doc["findings"]
+        _made["demo"] = StoredRun(store, doc["run_id"], 8, 10, 5)
+    return _made["demo"]
+
+
+def synthetic_run(tmp_path_factory) -> StoredRun:
+    """A 32-rank (DP2 x TP8 x PP2) synthetic run of 12 steps, rank 12 slow from step 5."""
+    if "synth" not in _made:
+        from ranksight.analyzer import analyze
+        from ranksight.store import open_store
+        from ranksight.synthetic import SynthConfig, write_synthetic
+
+        store = str(tmp_path_factory.mktemp("ui_synth") / "store")
+        with open_store(store) as s:
+            s.init_schema()
+            cfg = SynthConfig(
+                ranks=32,
+                steps=12,
+                faults=("slow:rank=12,factor=3,from_step=5",),
+                seed=3,
+                run_id="synth-ui",
+            )
+            write_synthetic(s, cfg)
+            culprits = [f.culprit_rank for f in analyze(s, "synth-ui").findings]
+        assert culprits == [12], culprits
+        _made["synth"] = StoredRun(store, "synth-ui", 32, 12, 12)
+    return _made["synth"]
+
+
+def decode(value):
+    """A Plotly JSON array: a list, or ``{"dtype", "bdata"[, "shape"]}`` (base64 typed
+    array, as plotly.py 6+ writes numpy arrays) -> numpy array."""
+    if isinstance(value, dict) and "bdata" in value:
+        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = value.get("shape")
+        if shape:
+            arr = arr.reshape([int(x) for x in str(shape).split(",")])
+        return arr
+    return np.asarray(value, dtype=object) if value is not None else None
+
+
+def chart_spec(at, key: str) -> dict:
+    """The figure JSON of the Plotly chart with widget key ``key`` in an AppTest."""
+    for el in at.get("plotly_chart"):
+        if getattr(el, "key", None) == key or key in getattr(el.proto, "id", ""):
+            return json.loads(el.proto.spec)
+    raise AssertionError(f"no plotly chart {key!r} on the page")
+
+
+def compute_ms(store, run_id: str):
+    """rank x step compute self time (ms) of forward, backward and optimizer, from the
+    raw phase rows (pandas, independent of the UI's SQL)."""
+    p = store.query("SELECT * FROM phases WHERE run_id = %(r)s", {"r": run_id})
+    p = p[p["phase"].isin(["forward", "backward", "optimizer"])]
+    p = p.assign(v=(p["end_ns"] - p["start_ns"] - p["wait_ns"]) / 1e6)
+    return p.pivot_table(index="rank", columns="step", values="v", aggfunc="sum")
+
+
+def step_wall_ms(store, run_id: str):
+    """step -> wall time (first start to last end over all ranks, ms), from raw rows."""
+    s = store.query("SELECT step, start_ns, end_ns FROM steps WHERE run_id = %(r)s", {"r": run_id})
+    g = s.groupby("step").agg(a=("start_ns", "min"), b=("end_ns", "max"))
+    return (g["b"] - g["a"]) / 1e6
