@@ -139,7 +139,7 @@ class Agent:
                 return total
             self._seal(parsed)
             total += parsed.count
-            if parsed.count + len(parsed.rejected) < self.config.batch_rows:
+            if self.tailer.lines_read < self.config.batch_rows:
                 return total
 
     def _add_local_rows(self, parsed: Parsed) -> None:

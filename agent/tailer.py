@@ -57,6 +57,8 @@ class SpoolTailer:
     files: dict[str, FileState] = field(default_factory=dict)
     seq: int = 0
     """Sequence number of the last sealed batch the committed offsets include."""
+    lines_read: int = 0
+    """Lines the last :meth:`read` consumed (records, headers and rejected lines)."""
     _pending: dict[str, FileState] = field(default_factory=dict)
     _start: int = 0
 
@@ -86,7 +88,7 @@ class SpoolTailer:
         """Records appended since the last :meth:`commit`, at most ``max_lines`` lines and
         about ``max_bytes`` bytes, parsed; files are visited round-robin so that one busy
         file cannot starve the others. :meth:`pending` has the offsets after it."""
-        out, self._pending = Parsed(), {}
+        out, self._pending, self.lines_read = Parsed(), {}, 0
         paths = self.paths()
         if paths:
             self._start %= len(paths)
@@ -99,6 +101,7 @@ class SpoolTailer:
             st = self.files.get(path, FileState())
             n_lines, n_bytes = self._read_file(path, st, lines_left, max_bytes, out)
             lines_left, max_bytes = lines_left - n_lines, max_bytes - n_bytes
+            self.lines_read += n_lines
         return out
 
     def _read_file(

@@ -126,6 +126,29 @@ class LocalServer:
                 self.process.wait()
         return self.process.returncode
 
+    def kill(self) -> None:
+        """SIGKILL the server (a crash: no flush, no clean shutdown) and reap it."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+    def pause(self) -> None:
+        """SIGSTOP the server: it keeps its connections but answers nothing."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        self.process.send_signal(signal.SIGCONT)
+
+    def restart(self, timeout: float = 60.0) -> None:
+        """Start the server again on the same folder and ports (after :meth:`kill` or
+        :meth:`stop`) and wait until it answers. Raises StoreError as
+        :func:`start_local_server` does."""
+        if self.process.poll() is None:
+            raise StoreError(f"clickhouse-server pid {self.process.pid} is still running")
+        fresh = start_local_server(self.folder, self.tcp_port, self.http_port, timeout)
+        self.process = fresh.process
+
     def __enter__(self) -> LocalServer:
         return self
 

@@ -1,0 +1,126 @@
+"""Real processes for the agent's fault tests: a paced hooked gloo job, a `ranksight agent`
+process, and the exactly-once check of the store against the ranks' own spool lines and
+counters (read here with plain ``json``, independently of the agent's parser)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from ranksight.store import Store
+
+WORKER = os.path.join(os.path.dirname(__file__), "workers", "paced_job.py")
+KEYS = {
+    "ranks": ("rank", "start_ns"),
+    "steps": ("rank", "step"),
+    "phases": ("rank", "step", "phase", "start_ns"),
+    "collectives": ("rank", "group_id", "group_seq", "op", "peer", "enqueue_ns"),
+    "hook_stats": ("rank", "ts_ns"),
+    "runs": ("updated_ns", "status"),
+}
+"""Columns that tell one record of each table from every other record of its run."""
+
+
+def child_env() -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("RANKSIGHT_STORE", None)
+    return env
+
+
+def start_job(spool: str, run_id: str, steps: int, pace_s: float, out: str, ranks: int = 2):
+    """torchrun the paced job in the background."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    cmd += [f"--nproc-per-node={ranks}", WORKER, spool, run_id, str(steps), str(pace_s), out]
+    log = open(os.path.join(out, "job.log"), "w")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env())
+
+
+def start_agent(spool: str, url: str, log_path: str, *extra: str) -> subprocess.Popen:
+    """`ranksight agent` in the background, logging to ``log_path`` (appended)."""
+    cmd = [sys.executable, "-m", "ranksight.cli", "agent", "--spool", spool, "--store", url]
+    cmd += ["--interval", "0.2", "--batch-rows", "3000", "--collectors", "none", *extra]
+    log = open(log_path, "a")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env())
+
+
+def spool_records(spool: str, run_id: str) -> dict[str, list[tuple]]:
+    """Every record the ranks wrote for ``run_id``, as key tuples per table."""
+    out: dict[str, list[tuple]] = {t: [] for t in KEYS}
+    for path in glob.glob(os.path.join(spool, run_id, "a*", "*.jsonl")):
+        lines = Path(path).read_bytes().splitlines()
+        header = json.loads(lines[0])
+        for raw in lines[1:]:
+            rec = {**header, **json.loads(raw)}
+            out[rec["t"]].append(tuple(rec[k] for k in KEYS[rec["t"]]))
+    return out
+
+
+def store_records(store: Store, run_id: str) -> dict[str, list[tuple]]:
+    """Every stored row of ``run_id``, as key tuples per table."""
+    out = {}
+    for table, keys in KEYS.items():
+        frame = store.query(
+            f"SELECT {', '.join(keys)} FROM {table} WHERE run_id = %(r)s", {"r": run_id}
+        )
+        out[table] = [
+            tuple(v.item() if hasattr(v, "item") else v for v in row)
+            for row in frame.itertuples(index=False)
+        ]
+    return out
+
+
+def counters(out: str) -> dict[int, dict]:
+    """The ranks' own counters (``hooks.close()``), by rank."""
+    found = {}
+    for path in glob.glob(os.path.join(out, "rank*.json")):
+        stats = json.loads(Path(path).read_text())
+        found[stats["rank"]] = stats
+    return found
+
+
+def stored_count(store: Store, run_id: str) -> int:
+    """Rows of ``run_id`` across the record tables (0 if the store cannot answer)."""
+    try:
+        return sum(len(v) for v in store_records(store, run_id).values())
+    except Exception:  # noqa: BLE001 - the store may be down on purpose
+        return 0
+
+
+def wait_for(predicate, timeout_s: float, what: str, every_s: float = 0.5) -> None:
+    """Poll ``predicate`` until true; AssertionError naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        time.sleep(every_s)
+
+
+def assert_exactly_once(store: Store, spool: str, run_id: str, out: str, ranks: int) -> int:
+    """Every record the ranks produced is stored exactly once; returns the record count.
+
+    Checked three ways: each rank's counter of records written equals its spool lines and
+    it dropped none; the spool's keys are distinct; the stored keys equal the spool's as
+    multisets (a duplicate or a loss shows as a difference)."""
+    written = spool_records(spool, run_id)
+    stats = counters(out)
+    assert sorted(stats) == list(range(ranks)), f"rank counters missing: {sorted(stats)}"
+    per_rank = Counter(k[0] for t, keys in written.items() if t != "runs" for k in keys)
+    per_rank[0] += len(written["runs"])  # rank 0 writes the run records
+    for rank, s in stats.items():
+        assert s["dropped"] == 0, f"rank {rank} dropped {s['dropped']} records"
+        assert per_rank[rank] == s["records"], (rank, per_rank[rank], s)
+    stored = store_records(store, run_id)
+    for table, keys in written.items():
+        assert len(set(keys)) == len(keys), f"{table}: spool keys are not distinct"
+        extra = Counter(stored[table]) - Counter(keys)
+        missing = Counter(keys) - Counter(stored[table])
+        assert not extra and not missing, (
+            f"{table}: {sum(extra.values())} duplicated/unknown rows, "
+            f"{sum(missing.values())} missing of {len(keys)}"
+        )
+    return sum(len(v) for v in written.values())
