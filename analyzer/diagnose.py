@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .causes import refine_cause
 from .findings import Finding
 from .groups import group_axes
 from .hang import find_hang
@@ -17,6 +18,12 @@ from .straggler import StragglerConfig, find_slow_ranks
 from .waits import WaitSummary, summarize_waits
 
 _MS = 1e6
+_WHAT = {
+    "compute": "compute (forward/backward)",
+    "data_loader": "data loading",
+    "gc": "compute, through Python GC pauses",
+    "cpu_contention": "compute, through CPU contention on its core",
+}
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,13 @@ def _finding(s, data: RunData, coords: pd.DataFrame, st: pd.Series, waits: WaitS
     impact, now_ms, without_ms = _impact(s.excess_ns, st)
     caused = waits.caused_by(s.rank, since_step=s.onset_step)
     slow_fraction = s.slow_steps / max(s.steps_from_onset, 1)
-    what = "compute (forward/backward)" if s.cause == "compute" else "data loading"
+    cause, cause_evidence = s.cause, {}
+    if s.cause == "compute":
+        excess_ms = float(s.excess_ns.mean()) / _MS
+        cause, cause_evidence = refine_cause(
+            s.rank, peers, excess_ms, data.phases, data.procs, s.onset_step
+        )
+    what = _WHAT[cause]
     summary = (
         f"rank {s.rank} (dp={c['dp']}, tp={c['tp']}, pp={c['pp']}, host {c['host']}) is slow in "
         f"{what}: {s.median_ratio:.2f}x its same-stage peers from step {s.onset_step}; "
@@ -140,9 +153,10 @@ def _finding(s, data: RunData, coords: pd.DataFrame, st: pd.Series, waits: WaitS
         "step_ms_without": round(without_ms, 1),
         "excess_ms_per_step": round(float(s.excess_ns.mean()) / _MS, 1),
     }
+    evidence.update(cause_evidence)
     return Finding(
         kind="straggler",
-        cause=s.cause,
+        cause=cause,
         culprit_rank=s.rank,
         host=str(c["host"]),
         dp=int(c["dp"]),

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ranksight.store import Store, StoreError
 
-from . import desync, hang
+from . import causes, desync, hang
 
 _RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
 
@@ -160,6 +160,7 @@ class RunData:
     groups: pd.DataFrame
     progress: pd.DataFrame = field(default_factory=pd.DataFrame)
     mismatches: pd.DataFrame = field(default_factory=pd.DataFrame)
+    procs: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 class UnknownRun(StoreError):
@@ -206,6 +207,7 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
         groups=_query(store, GROUPS, p),
         progress=_query(store, hang.LATEST, p),
         mismatches=_query(store, desync.MISMATCHES, p),
+        procs=_query(store, causes.PROCS, p),
     )
 
 
