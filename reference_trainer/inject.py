@@ -21,11 +21,17 @@ TP all_reduces; as the late arriver, its wait in them is short.
 
 The trainer installs these wrappers first and lets ``hooks.instrument_pipeline_stage`` wrap
 outside them, so the hooks' per-microbatch forward/backward timing includes the delay.
+``crash`` (exit in the first call of ``from_step``) and ``gc_storm`` (allocation churn and
+``gc.collect()`` before every call) use the same seam. The other kinds live in
+:mod:`~ranksight.reference_trainer.inject_comm` (slow link, hang, desync) and
+:mod:`~ranksight.reference_trainer.inject_host` (data stall, CPU contention, NaN), and
+:class:`~ranksight.reference_trainer.fault_runtime.FaultRuntime` installs them all.
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import sys
 import time
@@ -36,6 +42,7 @@ from typing import Any
 import torch
 
 from ranksight.reference_trainer.faults import FaultSpec
+from ranksight.reference_trainer.inject_comm import announce
 
 STAGE_COMPUTE_METHODS = ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk")
 """``PipelineStage`` methods that hold one microbatch's compute (1F1B calls the first two)."""
@@ -78,6 +85,8 @@ class SlowCompute:
             out = fn(*args, **kwargs)
             self._sync()
             delay = (self.spec.factor - 1.0) * (time.perf_counter() - start)
+            if self.injected_s == 0.0:
+                announce(self.spec, self.clock.step, f"compute x{self.spec.factor}")
             time.sleep(delay)
             self.injected_s += delay
             return out
@@ -110,33 +119,74 @@ class Crash:
                 print(
                     f"fault injected: crash at step {self.clock.step}", file=sys.stderr, flush=True
                 )
+                announce(self.spec, self.clock.step, f"exit {CRASH_EXIT_CODE}")
                 os._exit(CRASH_EXIT_CODE)
             return fn(*args, **kwargs)
 
         return crashing
 
 
-_INJECTORS = {"slow": SlowCompute, "crash": Crash}
+GC_STORM_OBJECTS = 100_000
+"""Objects in one reference cycle a ``gc_storm`` allocates and collects per call (about
+0.05 s of allocation and ``gc.collect()`` in a bare interpreter on a 2-core VM; more in a
+process holding many objects, since a full collection walks them all)."""
+
+
+@dataclass(slots=True)
+class GcStorm:
+    """Allocation churn and a full ``gc.collect()`` before every wrapped call once active:
+    the Python garbage collector's pauses land inside the rank's forward/backward."""
+
+    spec: FaultSpec
+    """The ``gc_storm`` spec, whose rank is this rank."""
+    clock: StepClock
+    """Shared with the training loop."""
+    injected_s: float = 0.0
+    """Total seconds spent in churn and collections."""
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` preceded by a garbage storm while the fault is active."""
+
+        @functools.wraps(fn)
+        def stormy(*args: Any, **kwargs: Any) -> Any:
+            if self.spec.active_at(self.clock.step):
+                if self.injected_s == 0.0:
+                    announce(self.spec, self.clock.step, "gc.collect() per microbatch")
+                start = time.perf_counter()
+                garbage = [[] for _ in range(GC_STORM_OBJECTS)]
+                for i in range(GC_STORM_OBJECTS):  # one big reference cycle
+                    garbage[i].append(garbage[i - 1])
+                del garbage
+                gc.collect()
+                self.injected_s += time.perf_counter() - start
+            return fn(*args, **kwargs)
+
+        return stormy
+
+
+StageInjector = SlowCompute | Crash | GcStorm
+STAGE_KINDS = {"slow": SlowCompute, "crash": Crash, "gc_storm": GcStorm}
+"""Fault kinds injected by wrapping the stage's compute methods."""
 
 
 def install_faults(
     stage: Any, specs: Iterable[FaultSpec], *, rank: int, clock: StepClock, device: torch.device
-) -> list[SlowCompute | Crash]:
-    """Wrap ``stage``'s compute methods with every fault in ``specs`` that targets ``rank``.
+) -> list[StageInjector]:
+    """Wrap ``stage``'s compute methods with every ``slow``, ``crash`` and ``gc_storm``
+    fault in ``specs`` that targets ``rank`` (other kinds are installed by
+    :class:`~ranksight.reference_trainer.fault_runtime.FaultRuntime`).
 
     Call before ``hooks.instrument_pipeline_stage(stage)``. Returns the installed injectors
-    (empty on ranks without faults). Raises NotImplementedError for a kind with no injector.
+    (empty on ranks without such faults).
     """
-    injectors: list[SlowCompute | Crash] = []
+    injectors: list[StageInjector] = []
     for spec in specs:
-        if spec.rank != rank:
+        if spec.rank != rank or spec.kind not in STAGE_KINDS:
             continue
-        if spec.kind not in _INJECTORS:
-            raise NotImplementedError(f"no injector for fault kind {spec.kind!r}")
         if spec.kind == "slow":
             injector = SlowCompute(spec=spec, clock=clock, device=device)
         else:
-            injector = Crash(spec=spec, clock=clock)
+            injector = STAGE_KINDS[spec.kind](spec=spec, clock=clock)
         for name in STAGE_COMPUTE_METHODS:
             if hasattr(stage, name):
                 setattr(stage, name, injector.wrap(getattr(stage, name)))

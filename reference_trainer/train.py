@@ -39,8 +39,9 @@ from ranksight.reference_trainer.config import (
     TrainConfig,
 )
 from ranksight.reference_trainer.data import ByteWindowSampler
+from ranksight.reference_trainer.fault_runtime import FaultRuntime
 from ranksight.reference_trainer.faults import faults_ground_truth, parse_faults
-from ranksight.reference_trainer.inject import SlowCompute, StepClock, install_faults
+from ranksight.reference_trainer.inject import StepClock
 from ranksight.reference_trainer.layout import coords_of
 from ranksight.reference_trainer.model import count_params, stage_layers
 from ranksight.reference_trainer.optim import build_optimizer, lr_at, set_lr
@@ -155,27 +156,31 @@ class Trainer:
     sampler: ByteWindowSampler
     clock: StepClock
     """Current step, read by the fault injectors."""
-    injectors: list[SlowCompute]
+    faults: FaultRuntime
     """Faults installed on this rank (usually none)."""
 
 
 def build_trainer(cfg: TrainConfig, device: torch.device) -> Trainer:
     """Hooks, mesh, model stage, pipeline schedule, faults and optimizer for this rank.
 
-    Needs the default process group. Faults are installed on the stage before the hooks
-    instrument it, so the hooks' forward/backward timing includes the injected delay.
+    Needs the default process group. Faults are installed around the hooks as
+    :mod:`~ranksight.reference_trainer.fault_runtime` says: communication delays under the
+    hooks' dispatch mode, hang/desync over it, compute faults inside their stage timing.
     """
     rank, shape = dist.get_rank(), mesh_shape_of(cfg)
     coords = coords_of(rank, shape)
     meta = {"config": cfg.to_record(), "faults": faults_ground_truth(cfg.faults, shape)}
+    clock = StepClock()
+    faults = FaultRuntime(cfg.faults, rank=rank, shape=shape, clock=clock, device=device)
+    faults.enter_below_hooks()
     hooks = attach_hooks(
         level=cfg.hooks, run_id=cfg.run_id, mesh=coords, mesh_shape=shape, meta=meta
     )
     mesh = build_mesh(cfg, device)
     module = parallelize_stage(cfg, mesh, device)
     stage, schedule = build_schedule(cfg, module, mesh, device)
-    clock = StepClock()
-    injectors = install_faults(stage, cfg.faults, rank=rank, clock=clock, device=device)
+    faults.install_stage(stage, module)
+    faults.enter_above_hooks()
     hooks.instrument_pipeline_stage(stage)
     sampler = ByteWindowSampler(
         seq_len=cfg.model.seq_len, batch_size=cfg.batch_size, dp_rank=coords["dp"], seed=cfg.seed
@@ -191,7 +196,7 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> Trainer:
         optimizer=build_optimizer(module, cfg.optim),
         sampler=sampler,
         clock=clock,
-        injectors=injectors,
+        faults=faults,
     )
 
 
@@ -199,10 +204,13 @@ def train_step(t: Trainer, step: int) -> StepResult:
     """Run step ``step`` (0-based): data, 1F1B forward/backward + DP reduction, optimizer."""
     start = time.perf_counter()
     t.clock.step = step
+    t.faults.on_step(step)
     with t.hooks.step(step) as record:
         with t.hooks.phase("data_wait"):
+            t.faults.on_data(step)
             batch = t.sampler.batch(step)
             inputs, targets = batch.inputs.to(t.device), batch.targets.to(t.device)
+        t.faults.before_compute(step)
         lr = lr_at(step, t.cfg.optim, t.cfg.steps)
         set_lr(t.optimizer, lr)
         losses: list[torch.Tensor] = []
@@ -252,7 +260,7 @@ def _summary(t: Trainer, results: list[StepResult]) -> dict[str, Any]:
     mine = {
         "rank": dist.get_rank(),
         "seconds": [r.seconds for r in results],
-        "injected_seconds": sum(i.injected_s for i in t.injectors),
+        "injected_seconds": t.faults.injected_s,
     }
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, mine)
@@ -274,6 +282,7 @@ def _summary(t: Trainer, results: list[StepResult]) -> dict[str, Any]:
 def train(cfg: TrainConfig) -> dict[str, Any] | None:
     """Train under torchrun; return the summary on the logging rank, None elsewhere."""
     device = init_distributed(cfg.device)
+    t = None
     try:
         t = build_trainer(cfg, device)
         logger = _is_logger(t)
@@ -284,7 +293,9 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
             results.append(train_step(t, step))
             if logger and (step % cfg.log_every == 0 or step == cfg.steps - 1):
                 _log_step(t, results[-1])
+        t.faults.exit_above_hooks()
         t.hooks.close()
+        t.faults.close()
         summary = _summary(t, results)
         if not logger:
             return None
@@ -292,6 +303,8 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
             Path(cfg.summary).write_text(json.dumps(summary, indent=1))
         return summary
     finally:
+        if t is not None:
+            t.faults.close()  # busy processes of a cpu_contention die with the job
         dist.destroy_process_group()
 
 
