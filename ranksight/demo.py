@@ -10,14 +10,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ranksight import env
+from ranksight import env, launch
 from ranksight import report as rep
 from ranksight.trainer_hooks.config import new_run_id
 
@@ -93,28 +92,9 @@ def _describe(cfg: DemoConfig, console: Console, run_id: str, store_url: str, sp
 
 
 def _trainer_cmd(cfg: DemoConfig, run_id: str) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={cfg.world_size}",
-        "-m",
-        "ranksight.reference_trainer.train",
-        "--dp",
-        str(cfg.dp),
-        "--tp",
-        str(cfg.tp),
-        "--pp",
-        str(cfg.pp),
-        "--steps",
-        str(cfg.steps),
-        "--run-id",
-        run_id,
-        "--hooks",
-        "default",
-    ]
-    return cmd + ["--inject", cfg.inject]
+    return launch.trainer_cmd(
+        dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, steps=cfg.steps, run_id=run_id, inject=[cfg.inject]
+    )
 
 
 def _progress_step(store, run_id: str) -> int:
@@ -125,17 +105,6 @@ def _progress_step(store, run_id: str) -> int:
         return int(got["s"].iloc[0]) if int(got["n"].iloc[0]) else 0
     except Exception:  # progress is cosmetic; the store may be mid-write
         return 0
-
-
-def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, wait_s: float = 30.0) -> int:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    return proc.returncode
 
 
 def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
@@ -160,40 +129,17 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
     _describe(cfg, console, run_id, store_url, spool)
     log_path = os.path.join(home, f"{run_id}.log")
     os.makedirs(home, exist_ok=True)
-    child_env = {
-        **os.environ,
-        env.RUN_ID: run_id,
-        env.SPOOL_DIR: spool,
-        env.LEVEL: "default",
-        env.STORE: store_url,
-        "OMP_NUM_THREADS": "1",
-    }
-    agent = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ranksight.cli",
-            "agent",
-            "--spool",
-            spool,
-            "--store",
-            store_url,
-            "--interval",
-            "0.5",
-        ],
-        env=child_env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(os.path.join(home, "agent.log"), "a"),
-    )  # noqa: SIM115
+    child_env = launch.job_env(run_id, spool, store_url)
+    agent = launch.start_agent(spool, store_url, child_env, os.path.join(home, "agent.log"))
     with open(log_path, "w") as log:
         trainer = subprocess.Popen(
             _trainer_cmd(cfg, run_id), env=child_env, stdout=log, stderr=subprocess.STDOUT
         )
         rc = _watch(cfg, trainer, store, run_id, console)
-    _stop(agent)
+    launch.stop(agent)
     if rc != 0:
         err.print(
-            f"[red]error:[/] the training job exited with code {rc}{_first_failure(log_path)}; "
+            f"[red]error:[/] the training job exited with code {rc}{launch.first_failure(log_path)}; "
             f"its log: {log_path}"
         )
         _mark_failed(store, run_id)
@@ -228,7 +174,7 @@ def _watch(cfg: DemoConfig, trainer: subprocess.Popen, store, run_id: str, conso
         task = progress.add_task("starting 8 ranks (import torch, rendezvous)", total=cfg.steps)
         while trainer.poll() is None:
             if time.monotonic() > deadline:
-                _stop(trainer, signal.SIGTERM)
+                launch.stop(trainer, signal.SIGTERM)
                 return 124
             step = _progress_step(store, run_id)
             if step:
@@ -236,24 +182,6 @@ def _watch(cfg: DemoConfig, trainer: subprocess.Popen, store, run_id: str, conso
             time.sleep(1.0)
         progress.update(task, completed=_progress_step(store, run_id), description="training done")
     return trainer.returncode
-
-
-def _first_failure(log_path: str) -> str:
-    """``": rank R failed first (exit code C)"`` from torchrun's error summary, or ``""``."""
-    import re
-
-    try:
-        with open(log_path, errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return ""
-    root = text.rfind("Root Cause")
-    m = (
-        re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", text[root:], re.S)
-        if root >= 0
-        else None
-    )
-    return f": rank {m.group(1)} failed first (exit code {m.group(2)})" if m else ""
 
 
 def _mark_failed(store, run_id: str) -> None:

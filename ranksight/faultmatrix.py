@@ -1,0 +1,212 @@
+"""The fault matrix: every fault the reference trainer can inject, and how the analyzer is
+scored against its ground truth.
+
+Each :class:`Scenario` is one real training job (8 CPU ranks, DP2 x TP2 x PP2, gloo) with
+one fault, or none. The trainer records the fault it injected (kind, rank, mesh
+coordinates, step, parameters) in the run's ``meta_json``; :func:`expectation` turns that
+record into the finding the analyzer should make, and :func:`score` compares the
+analyzer's findings with it.
+
+Expected findings per fault kind (:data:`EXPECTED`; ``None`` cause: any cause, the kind
+says it all):
+
+==============  ====================  ==============  =====================================
+fault           finding kind          cause           culprit
+==============  ====================  ==============  =====================================
+slow            straggler             compute         the rank
+slow_link       slow_communication    communication   a member of the slow group (tp, dp),
+                                                      or the rank or a pipeline neighbour it
+                                                      sends to (pp); or no rank (-1) with the
+                                                      group's ranks in the evidence
+hang            hang                  any             the rank
+crash           crash                 any             the rank
+desync          desync                any             the rank
+data_stall      straggler             data_loader     the rank
+cpu_contention  straggler             cpu_contention  the rank
+gc_storm        straggler             gc              the rank
+nan             nan                   any             the rank
+none            (no finding)
+==============  ====================  ==============  =====================================
+
+Verdicts: ``right`` (a finding matches, and no other finding names a rank outside the
+culprit set), ``MISSED`` (no finding matches and none names a culprit), ``WRONG`` (a
+finding names a culprit rank with another kind or cause), ``FALSE`` (a clean run with
+findings, or a right row with false findings beside it). Only ``right`` passes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ranksight.reference_trainer.layout import coords_of, rank_of
+
+SHAPE = {"dp": 2, "tp": 2, "pp": 2}
+"""The matrix's mesh: 8 CPU ranks."""
+
+EXPECTED: dict[str, tuple[str, str | None]] = {
+    "slow": ("straggler", "compute"),
+    "slow_link": ("slow_communication", "communication"),
+    "hang": ("hang", None),
+    "crash": ("crash", None),
+    "desync": ("desync", None),
+    "data_stall": ("straggler", "data_loader"),
+    "cpu_contention": ("straggler", "cpu_contention"),
+    "gc_storm": ("straggler", "gc"),
+    "nan": ("nan", None),
+}
+"""Fault kind -> (finding kind, cause or None for any)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One job of the matrix."""
+
+    name: str
+    inject: str
+    """Fault spec for the trainer, ``none`` for a clean run."""
+    steps: int = 14
+    """Training steps."""
+    quick: bool = False
+    """Part of the CI subset (``--quick``)."""
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("clean-a", "none", quick=True),
+    Scenario("clean-b", "none"),
+    Scenario("slow", "slow:rank=5,factor=3,from_step=4", quick=True),
+    Scenario("slow_link-tp", "slow_link:rank=2,delay_ms=20,group=tp,from_step=4"),
+    Scenario("slow_link-dp", "slow_link:rank=1,delay_ms=200,group=dp,from_step=4"),
+    Scenario("slow_link-pp", "slow_link:rank=2,delay_ms=40,group=pp,from_step=4"),
+    Scenario("hang", "hang:rank=3,from_step=5"),
+    Scenario("crash", "crash:rank=6,from_step=5", quick=True),
+    Scenario("desync-skip", "desync:rank=7,mode=skip,from_step=5"),
+    Scenario("desync-resize", "desync:rank=4,mode=resize,from_step=5"),
+    Scenario("data_stall", "data_stall:rank=3,delay_ms=400,from_step=4"),
+    Scenario("cpu_contention", "cpu_contention:rank=4,procs=3,from_step=4"),
+    Scenario("gc_storm", "gc_storm:rank=2,from_step=4"),
+    Scenario("nan", "nan:rank=7,from_step=6"),
+)
+"""Every scenario, clean runs first."""
+
+
+def pick(names: str | None = None, quick: bool = False) -> list[Scenario]:
+    """Scenarios by comma-separated ``names`` (all when None), or the quick subset.
+    Raises ValueError naming unknown scenarios and listing the known ones."""
+    if quick:
+        return [s for s in SCENARIOS if s.quick]
+    if not names:
+        return list(SCENARIOS)
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    known = {s.name: s for s in SCENARIOS}
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        raise ValueError(f"unknown scenarios {unknown}; known: {', '.join(known)}")
+    return [known[n] for n in wanted]
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """The finding a scenario should produce (``kind`` None: none at all)."""
+
+    kind: str | None
+    cause: str | None
+    """None: any cause."""
+    culprits: frozenset[int]
+    """Ranks a right finding may name."""
+    from_step: int = 0
+    group: str = ""
+    """Comma-separated ranks of a slow group (slow_link), for findings that name no rank."""
+
+    @property
+    def label(self) -> str:
+        """E.g. ``straggler/compute @ 5``, ``hang @ 3``, ``(none)``."""
+        if self.kind is None:
+            return "(none)"
+        what = self.kind + (f"/{self.cause}" if self.cause else "")
+        return f"{what} @ {','.join(map(str, sorted(self.culprits)))}"
+
+
+def _link_culprits(fault: Mapping[str, Any], shape: Mapping[str, int]) -> list[int]:
+    c, axis = coords_of(int(fault["rank"]), shape), fault.get("group") or "tp"
+    if axis != "pp":
+        return [rank_of({**c, axis: i}, shape) for i in range(shape[axis])]
+    near = [c["pp"] + d for d in (-1, 1) if 0 <= c["pp"] + d < shape["pp"]]
+    return [int(fault["rank"])] + [rank_of({**c, "pp": p}, shape) for p in near]
+
+
+def expectation(faults: Sequence[Mapping[str, Any]], shape: Mapping[str, int]) -> Expectation:
+    """The expected finding for a run's fault ground truth (``meta_json["faults"]``, as
+    :func:`~ranksight.reference_trainer.faults.faults_ground_truth` writes it): no fault ->
+    no finding. Raises ValueError for more than one fault or an unknown kind."""
+    if not faults:
+        return Expectation(kind=None, cause=None, culprits=frozenset())
+    if len(faults) > 1:
+        raise ValueError(f"the matrix scores one fault per run, got {len(faults)}")
+    fault = faults[0]
+    if fault["kind"] not in EXPECTED:
+        raise ValueError(f"no expected finding for fault kind {fault['kind']!r}")
+    kind, cause = EXPECTED[fault["kind"]]
+    ranks = _link_culprits(fault, shape) if fault["kind"] == "slow_link" else [fault["rank"]]
+    group = ",".join(map(str, sorted(ranks))) if fault["kind"] == "slow_link" else ""
+    return Expectation(
+        kind, cause, frozenset(int(r) for r in ranks), int(fault["from_step"]), group
+    )
+
+
+def _names_group(finding: Mapping[str, Any], e: Expectation) -> bool:
+    text = json.dumps(finding.get("evidence", {}), default=str)
+    members = e.group.split(",")
+    return bool(e.group) and (e.group in text or f"[{', '.join(members)}]" in text)
+
+
+def matches(finding: Mapping[str, Any], e: Expectation) -> bool:
+    """Whether ``finding`` (a Finding as a dict) is the expected one."""
+    if e.kind is None or finding["kind"] != e.kind:
+        return False
+    if e.cause is not None and finding["cause"] != e.cause:
+        return False
+    rank = int(finding["culprit_rank"])
+    return rank in e.culprits or (rank < 0 and _names_group(finding, e))
+
+
+def finding_label(finding: Mapping[str, Any]) -> str:
+    """``kind/cause @ rank`` of a finding."""
+    return f"{finding['kind']}/{finding['cause']} @ {finding['culprit_rank']}"
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """How the analyzer did on one run."""
+
+    verdict: str
+    """``right``, ``MISSED``, ``WRONG`` or ``FALSE``."""
+    found: str
+    """The matching finding's label, else the top finding's, else ``(none)``."""
+    false_findings: tuple[str, ...]
+    """Labels of findings that name a rank outside the culprit set (all, on a clean run)."""
+
+    @property
+    def passed(self) -> bool:
+        """Only ``right`` passes."""
+        return self.verdict == "right"
+
+
+def score(findings: Sequence[Mapping[str, Any]], e: Expectation) -> Score:
+    """Score ``findings`` (dicts with kind, cause, culprit_rank, evidence) against ``e``."""
+    if e.kind is None:
+        false = tuple(finding_label(f) for f in findings)
+        return Score("FALSE" if false else "right", false[0] if false else "(none)", false)
+    hit = [f for f in findings if matches(f, e)]
+    near = [f for f in findings if not matches(f, e) and int(f["culprit_rank"]) in e.culprits]
+    false = tuple(
+        finding_label(f) for f in findings
+        if not matches(f, e) and int(f["culprit_rank"]) not in e.culprits
+    )  # fmt: skip
+    if hit:
+        return Score("FALSE" if false else "right", finding_label(hit[0]), false)
+    if near:
+        return Score("WRONG", finding_label(near[0]), false)
+    return Score("MISSED", finding_label(findings[0]) if findings else "(none)", false)

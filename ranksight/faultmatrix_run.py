@@ -1,0 +1,225 @@
+"""Run fault-matrix scenarios: a real job each, analyzed while it runs and after.
+
+Per scenario: start a node agent, launch the reference trainer (8 gloo ranks, hooks on,
+the scenario's fault) and every ``poll_s`` seconds run ``analyze(store, run, save=False)``,
+noting when a finding that matches the ground truth first appears (seconds after the
+fault took effect, as the injector printed it in the job's log, and steps completed since
+its first step). A job that is still running ``grace_s`` after detection, or
+``hang_timeout_s`` after the fault took effect, is stopped (a hang never ends by itself;
+gloo's own timeout is 30 minutes); every job is stopped at ``timeout_s``. Then the agent
+drains, the run is analyzed once more (findings stored), and scored.
+
+Run one matrix at a time on a shared machine: ``flock /tmp/ranksight-cpu.lock ranksight
+faultmatrix`` (8 ranks on few cores; two jobs at once would distort each other's timing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ranksight import launch
+from ranksight.faultmatrix import SHAPE, Expectation, Scenario, expectation, matches, score
+from ranksight.reference_trainer.faults import faults_ground_truth, parse_faults
+
+_FAULT_LINE = re.compile(r"^ranksight-fault: \S+ step=(\d+) time_ns=(\d+)", re.M)
+
+
+@dataclass(kw_only=True, slots=True)
+class MatrixConfig:
+    """How the matrix runs."""
+
+    home: str
+    """Folder for the spool, logs and (by default) the store."""
+    store: str | None = None
+    """Store URL; default ``<home>/store`` (chdb)."""
+    poll_s: float = 3.0
+    """Seconds between analyses while a job runs."""
+    grace_s: float = 6.0
+    """A job still running this long after detection is stopped."""
+    hang_timeout_s: float = 90.0
+    """A job still running this long after its fault took effect is stopped."""
+    timeout_s: float = 300.0
+    """Any job is stopped after this long."""
+
+    def __post_init__(self) -> None:
+        for name in ("poll_s", "grace_s", "hang_timeout_s", "timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+@dataclass(slots=True)
+class Row:
+    """One scenario's result."""
+
+    scenario: str
+    inject: str
+    expected: str
+    found: str = "(none)"
+    verdict: str = "ERROR"
+    detect_s: float | None = None
+    """Seconds from the fault taking effect to the first matching poll (None: never)."""
+    detect_steps: int | None = None
+    """Steps completed from the fault's first step until detection."""
+    false_findings: list[str] = field(default_factory=list)
+    findings: list[dict] = field(default_factory=list)
+    """The final analysis' findings (as dicts)."""
+    run_id: str = ""
+    job_rc: int | None = None
+    wall_s: float = 0.0
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class _Watch:
+    """What polling saw."""
+
+    first_hit_ns: int | None = None
+    hit_step: int | None = None
+    polls: int = 0
+    stopped: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def _onset(log_path: str) -> tuple[int | None, int | None]:
+    """(time_ns, step) the fault first took effect, from the injectors' log lines."""
+    try:
+        text = open(log_path, errors="replace").read()
+    except OSError:
+        return None, None
+    hits = [(int(t), int(s)) for s, t in _FAULT_LINE.findall(text)]
+    return min(hits) if hits else (None, None)
+
+
+def _max_step(store, run_id: str) -> int | None:
+    got = store.query(
+        "SELECT max(step) AS s, count() AS n FROM steps WHERE run_id = %(r)s", {"r": run_id}
+    )
+    return int(got["s"].iloc[0]) if int(got["n"].iloc[0]) else None
+
+
+def _findings(analysis) -> list[dict]:
+    return [asdict(f) for f in analysis.findings]
+
+
+def _poll(store, run_id: str, e: Expectation, w: _Watch) -> None:
+    from ranksight.analyzer import UnknownRun, analyze
+
+    try:
+        found = _findings(analyze(store, run_id, save=False))
+    except UnknownRun:
+        return
+    w.polls += 1
+    if w.first_hit_ns is None and any(matches(f, e) for f in found):
+        w.first_hit_ns, w.hit_step = time.time_ns(), _max_step(store, run_id)
+
+
+def _should_stop(cfg: MatrixConfig, t0: float, onset_ns: int | None, w: _Watch) -> str:
+    now = time.time_ns()
+    if time.monotonic() - t0 > cfg.timeout_s:
+        return f"stopped at the {cfg.timeout_s:.0f} s timeout"
+    if w.first_hit_ns is not None and now - w.first_hit_ns > cfg.grace_s * 1e9:
+        return "stopped after detection"
+    if onset_ns is not None and now - onset_ns > cfg.hang_timeout_s * 1e9:
+        return f"stopped {cfg.hang_timeout_s:.0f} s after the fault"
+    return ""
+
+
+def _watch(cfg, job: subprocess.Popen, store, run_id, e, log_path) -> _Watch:
+    w, t0 = _Watch(), time.monotonic()
+    while job.poll() is None:
+        time.sleep(cfg.poll_s)
+        _poll(store, run_id, e, w)
+        w.stopped = _should_stop(cfg, t0, _onset(log_path)[0], w)
+        if w.stopped:
+            launch.stop(job, wait_s=20.0)
+            break
+    return w
+
+
+def _ground_truth(store, run_id: str, sc: Scenario) -> list[dict]:
+    """The fault the trainer recorded in the run, else the scenario's own spec."""
+    from ranksight.analyzer.queries import resolve_attempt
+
+    try:
+        meta = json.loads(resolve_attempt(store, run_id, None)[0].get("meta_json") or "{}")
+        if "faults" in meta:
+            return meta["faults"]
+    except Exception:  # run never reached the store: fall back to the spec
+        pass
+    return faults_ground_truth(parse_faults([sc.inject]), SHAPE)
+
+
+def run_scenario(cfg: MatrixConfig, store, store_url: str, sc: Scenario) -> Row:
+    """Run one scenario end to end and score it (see the module doc)."""
+    from ranksight.analyzer import analyze
+
+    run_id = f"fm-{sc.name}-{uuid.uuid4().hex[:6]}"
+    logs, spool = os.path.join(cfg.home, "logs"), os.path.join(cfg.home, "spool")
+    os.makedirs(logs, exist_ok=True)
+    log_path = os.path.join(logs, f"{sc.name}.log")
+    e0 = expectation(faults_ground_truth(parse_faults([sc.inject]), SHAPE), SHAPE)
+    row = Row(sc.name, sc.inject, e0.label, run_id=run_id)
+    env = launch.job_env(run_id, spool, store_url)
+    t0 = time.monotonic()
+    agent = launch.start_agent(spool, store_url, env, os.path.join(logs, "agent.log"))
+    try:
+        with open(log_path, "w") as log:
+            cmd = launch.trainer_cmd(**SHAPE, steps=sc.steps, run_id=run_id, inject=[sc.inject])
+            job = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+            w = _watch(cfg, job, store, run_id, e0, log_path)
+        row.job_rc = job.returncode
+    finally:
+        launch.stop(agent)
+    e = expectation(_ground_truth(store, run_id, sc), SHAPE)
+    final = _findings(analyze(store, run_id))
+    if w.first_hit_ns is None and any(matches(f, e) for f in final):
+        w.first_hit_ns, w.hit_step = time.time_ns(), _max_step(store, run_id)
+        w.extra["late"] = True
+    _fill(row, e, final, w, _onset(log_path), log_path)
+    row.wall_s = round(time.monotonic() - t0, 1)
+    return row
+
+
+def _fill(row: Row, e: Expectation, final: list[dict], w: _Watch, onset, log_path) -> None:
+    s = score(final, e)
+    row.expected, row.found, row.verdict = e.label, s.found, s.verdict
+    row.false_findings, row.findings = list(s.false_findings), final
+    onset_ns, onset_step = onset
+    if w.extra.get("late"):
+        row.note = "found only after the job ended"
+    if w.first_hit_ns is not None and onset_ns is not None:
+        row.detect_s = round((w.first_hit_ns - onset_ns) / 1e9, 1)
+        first = onset_step if onset_step is not None else e.from_step
+        row.detect_steps = max(0, (w.hit_step if w.hit_step is not None else first - 1) - first + 1)
+    notes = [row.note, w.stopped, launch.first_failure(log_path).lstrip(": ")]
+    row.note = "; ".join(n for n in notes if n)
+
+
+def run_matrix(
+    cfg: MatrixConfig, scenarios: list[Scenario], progress: Callable[[Row], None] | None = None
+) -> list[Row]:
+    """Run ``scenarios`` one after another into one store; returns their rows. Raises
+    StoreError if the store cannot be opened."""
+    from ranksight.store import open_store
+
+    store_url = cfg.store or os.path.join(cfg.home, "store")
+    store = open_store(store_url)
+    store.init_schema()
+    rows = []
+    for sc in scenarios:
+        rows.append(run_scenario(cfg, store, store_url, sc))
+        if progress:
+            progress(rows[-1])
+    return rows

@@ -1,0 +1,81 @@
+"""Launch pieces shared by ``ranksight demo`` and ``ranksight faultmatrix``: a node agent
+process, the reference trainer under torchrun with the hooks on, and their clean-up."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from ranksight import env
+
+
+def job_env(run_id: str, spool: str, store_url: str) -> dict[str, str]:
+    """The environment of the agent and the ranks: run id, spool, hooks on, store, one
+    OpenMP thread per rank (8 ranks share a few cores)."""
+    return {
+        **os.environ,
+        env.RUN_ID: run_id,
+        env.SPOOL_DIR: spool,
+        env.LEVEL: "default",
+        env.STORE: store_url,
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+def start_agent(
+    spool: str, store_url: str, child_env: dict[str, str], log_path: str
+) -> subprocess.Popen:
+    """A ``ranksight agent`` process shipping ``spool`` to ``store_url`` every 0.5 s; its
+    log is appended to ``log_path``."""
+    cmd = [sys.executable, "-m", "ranksight.cli", "agent", "--spool", spool,
+           "--store", store_url, "--interval", "0.5"]  # fmt: skip
+    with open(log_path, "a") as log:
+        return subprocess.Popen(cmd, env=child_env, stdout=subprocess.DEVNULL, stderr=log)
+
+
+def trainer_cmd(
+    *, dp: int, tp: int, pp: int, steps: int, run_id: str, inject: Sequence[str]
+) -> list[str]:
+    """torchrun (standalone, one process per rank) of the reference trainer with the hooks
+    on and each fault spec of ``inject`` (``["none"]`` for a clean run)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={dp * tp * pp}", "-m", "ranksight.reference_trainer.train",
+           "--dp", str(dp), "--tp", str(tp), "--pp", str(pp), "--steps", str(steps),
+           "--run-id", run_id, "--hooks", "default"]  # fmt: skip
+    for spec in inject or ["none"]:
+        cmd += ["--inject", spec]
+    return cmd
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, wait_s: float = 30.0) -> int:
+    """Send ``sig`` if ``proc`` still runs, wait up to ``wait_s``, then kill; returns the
+    exit code."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def first_failure(log_path: str) -> str:
+    """``": rank R failed first (exit code C)"`` from torchrun's error summary in the log,
+    or ``""``."""
+    try:
+        with open(log_path, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return ""
+    root = text.rfind("Root Cause")
+    m = (
+        re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", text[root:], re.S)
+        if root >= 0
+        else None
+    )
+    return f": rank {m.group(1)} failed first (exit code {m.group(2)})" if m else ""
