@@ -195,6 +195,10 @@ def _register_extra_commands() -> None:
 
     app.command("synth")(synth)
 
+    from ranksight.faultmatrix_cli import faultmatrix
+
+    app.command("faultmatrix")(faultmatrix)
+
     from ranksight.ui.command import ui
 
     app.command("ui")(ui)
