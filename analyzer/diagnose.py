@@ -103,15 +103,15 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
     st = step_times(data.steps)
     analyzed = st.sort_index().iloc[cfg.skip_steps :]
     axes = group_axes(data.groups, coords) if not data.groups.empty else {}
-    waits = summarize_waits(data.arrivals, data.p2p, axes)
     slow = find_slow_ranks(data.phases, coords["pp"], st, cfg)
+    waits = summarize_waits(*data.waits_for([s.rank for s in slow]), axes)
     culprits = [s for s in slow if not waits.mostly_waited_on(s.rank, [o.rank for o in slow])]
     for s in slow:
         if s not in culprits:
             notes.append(f"rank {s.rank} looked slow but mostly waited for another slow rank")
     findings = [_finding(s, data, coords, st, waits) for s in culprits]
     med_ms = float(analyzed.median()) / _MS if not analyzed.empty else 0.0
-    findings += slow_comm_findings(data.arrivals, data.groups, axes, coords, med_ms, cfg.skip_steps)
+    findings += slow_comm_findings(data.transfer, data.groups, axes, coords, med_ms, cfg.skip_steps)
     findings += desync_findings(data.mismatches, coords)
     findings += nan_findings(data.steps, coords)
     findings.sort(key=lambda f: -f.impact_pct)

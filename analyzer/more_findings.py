@@ -38,7 +38,7 @@ def _members(groups: pd.DataFrame) -> dict[str, list[int]]:
 
 
 def slow_comm_findings(
-    arrivals: pd.DataFrame,
+    transfer: pd.DataFrame,
     groups: pd.DataFrame,
     axes: dict[str, str],
     coords: pd.DataFrame,
@@ -49,12 +49,12 @@ def slow_comm_findings(
     they share none or several: the link between the members)."""
     if groups.empty:
         return []
-    slow = find_slow_groups(arrivals, axes, _members(groups), skip_steps)
+    slow = find_slow_groups(transfer, axes, _members(groups), skip_steps)
     if not slow:
         return []
     common = shared_ranks(slow)
     rank = common[0] if len(common) == 1 else -1
-    per_step = _excess_per_step_ms(arrivals, slow)
+    per_step = _excess_per_step_ms(transfer, slow)
     impact = min(100.0, 100.0 * per_step / step_ms) if step_ms else 0.0
     where = f"rank {rank}" if rank >= 0 else f"the link between ranks {common or slow[0].members}"
     g = slow[0]
@@ -95,16 +95,13 @@ def _group_evidence(s: SlowGroup) -> dict:
     }
 
 
-def _excess_per_step_ms(arrivals: pd.DataFrame, slow: list[SlowGroup]) -> float:
-    ids = {s.group_id for s in slow}
-    sub = arrivals[arrivals["group_id"].isin(ids)]
-    per_instance = {s.group_id: (s.transfer_ms - s.peers_transfer_ms) for s in slow}
-    counts = (
-        sub.groupby(["group_id", "step"])["n"].sum()
-        / sub.groupby(["group_id", "step"])["rank"].nunique()
+def _excess_per_step_ms(transfer: pd.DataFrame, slow: list[SlowGroup]) -> float:
+    """Extra transfer per step (ms): per slow group, its excess per collective times its
+    median number of collectives per step."""
+    per_step = transfer.groupby("group_id")["instances"].median()
+    return float(
+        sum((s.transfer_ms - s.peers_transfer_ms) * per_step.get(s.group_id, 0) for s in slow)
     )
-    per_step = counts.groupby(level=0).median()
-    return float(sum(per_instance[g] * n for g, n in per_step.items()))
 
 
 def desync_findings(mismatches: pd.DataFrame, coords: pd.DataFrame) -> list[Finding]:

@@ -8,13 +8,14 @@ knows no table aliases in joins), no CTEs, no window functions, values only as b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from ranksight.store import Store, StoreError
 
-from . import causes, desync, hang
+from . import causes, desync, hang, slow_comm
 
 _RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
 
@@ -88,7 +89,10 @@ GROUP BY rank, step, phase ORDER BY step, rank, phase
 
 # Per collective instance (group_id, group_seq) the last arriver and each member's wait
 # for it (max enqueue - own enqueue), summed per (rank, last_rank, group, step). Only
-# instances every member reported are counted.
+# instances every member reported are counted, and only in the groups of %(holders)s
+# (the ranks under suspicion): the join is the expensive part at scale.
+_HOLDER_GROUPS = f"""group_id IN (SELECT group_id FROM collectives WHERE {_RUN} AND peer = -1
+                       AND rank IN %(holders)s GROUP BY group_id)"""
 ARRIVALS = f"""
 SELECT rank, last_rank, group_id, step, any(op) AS op, count() AS n,
        sum(max_enq - enqueue_ns) AS waited_ns,
@@ -96,35 +100,35 @@ SELECT rank, last_rank, group_id, step, any(op) AS op, count() AS n,
 FROM
 (
     SELECT rank, group_id, group_seq, step, op, enqueue_ns, end_ns
-    FROM collectives WHERE {_RUN} AND peer = -1 AND end_ns > 0
+    FROM collectives WHERE {_RUN} AND peer = -1 AND end_ns > 0 AND {_HOLDER_GROUPS}
 ) AS member
 ALL INNER JOIN
 (
     SELECT group_id, group_seq, max(enqueue_ns) AS max_enq,
            argMax(rank, enqueue_ns) AS last_rank, count() AS n_seen,
            any(length(splitByChar(',', group_ranks))) AS n_members
-    FROM collectives WHERE {_RUN} AND peer = -1 AND end_ns > 0
+    FROM collectives WHERE {_RUN} AND peer = -1 AND end_ns > 0 AND {_HOLDER_GROUPS}
     GROUP BY group_id, group_seq
     HAVING n_seen = n_members
 ) AS instance USING (group_id, group_seq)
 GROUP BY rank, last_rank, group_id, step
 """
 
-# Each recv matched with its send by (group, src, dst, per-pair sequence): how long the
-# receiver had been waiting when the sender issued the send.
+# Each recv from one of %(holders)s matched with its send by (group, src, dst, per-pair
+# sequence): how long the receiver had been waiting when the sender issued the send.
 P2P_WAITS = f"""
 SELECT dst AS rank, src AS peer, step, count() AS n,
        sum(greatest(send_enq - enqueue_ns, 0)) AS waited_ns
 FROM
 (
     SELECT group_id, toInt64(rank) AS dst, toInt64(peer) AS src, group_seq, step, enqueue_ns
-    FROM collectives WHERE {_RUN} AND op = 'recv' AND peer >= 0
+    FROM collectives WHERE {_RUN} AND op = 'recv' AND peer IN %(holders)s
 ) AS recv_side
 ALL INNER JOIN
 (
     SELECT group_id, toInt64(rank) AS src, toInt64(peer) AS dst, group_seq,
            enqueue_ns AS send_enq
-    FROM collectives WHERE {_RUN} AND op = 'send' AND peer >= 0
+    FROM collectives WHERE {_RUN} AND op = 'send' AND rank IN %(holders)s
 ) AS send_side USING (group_id, src, dst, group_seq)
 GROUP BY dst, src, step
 """
@@ -159,8 +163,24 @@ class RunData:
     p2p: pd.DataFrame
     groups: pd.DataFrame
     progress: pd.DataFrame = field(default_factory=pd.DataFrame)
+    transfer: pd.DataFrame = field(default_factory=pd.DataFrame)
     mismatches: pd.DataFrame = field(default_factory=pd.DataFrame)
     procs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    fetch_waits: Callable[[list[int]], tuple[pd.DataFrame, pd.DataFrame]] | None = None
+    """Loads ``(arrivals, p2p)`` for the given holder ranks from the store; None: the
+    frames above already hold every rank's."""
+
+    def waits_for(self, holders: list[int]) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Arrival rows of the groups the ``holders`` belong to, and P2P waits on them."""
+        if self.fetch_waits is not None:
+            return self.fetch_waits(holders)
+        a, p = self.arrivals, self.p2p
+        if not a.empty:
+            groups = set(a.loc[a["rank"].isin(holders), "group_id"])
+            a = a[a["group_id"].isin(groups)]
+        if not p.empty:
+            p = p[p["peer"].isin(holders)]
+        return a, p
 
 
 class UnknownRun(StoreError):
@@ -202,13 +222,38 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
         ranks=_query(store, RANKS, p),
         steps=_query(store, STEPS, p),
         phases=_query(store, PHASES, p),
-        arrivals=_query(store, ARRIVALS, p),
-        p2p=_query(store, P2P_WAITS, p),
+        arrivals=pd.DataFrame(),
+        p2p=pd.DataFrame(),
         groups=_query(store, GROUPS, p),
         progress=_query(store, hang.LATEST, p),
+        transfer=_query(store, slow_comm.TRANSFER, p),
+        fetch_waits=lambda holders: fetch_waits(store, p, holders),
         mismatches=_query(store, desync.MISMATCHES, p),
         procs=_query(store, causes.PROCS, p),
     )
+
+
+def fetch_waits(
+    store: Store, params: dict, holders: list[int]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """ARRIVALS and P2P_WAITS restricted to ``holders`` (empty frames for none)."""
+    if not holders:
+        return pd.DataFrame(columns=_ARRIVAL_COLUMNS), pd.DataFrame(columns=_P2P_COLUMNS)
+    p = {**params, "holders": tuple(int(h) for h in holders)}
+    return _query(store, ARRIVALS, p), _query(store, P2P_WAITS, p)
+
+
+_ARRIVAL_COLUMNS = [
+    "rank",
+    "last_rank",
+    "group_id",
+    "step",
+    "op",
+    "n",
+    "waited_ns",
+    "after_last_ns",
+]
+_P2P_COLUMNS = ["rank", "peer", "step", "n", "waited_ns"]
 
 
 def load_findings(store: Store, run_id: str, attempt: int) -> pd.DataFrame:

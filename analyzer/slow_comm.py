@@ -1,6 +1,6 @@
 """Slow communication: collectives of one group slow after everyone has arrived.
 
-A collective's time after its last member arrived (``end - max(enqueue)``) is transfer,
+A collective's time after its last member arrived (``max(end) - max(enqueue)``) is transfer,
 not waiting. A group whose transfer time per collective is far above that of the other
 groups of the same mesh axis (same op mix, same sizes by construction of the mesh) has a
 slow link; the rank(s) shared by every slow group localize it (MegaScale, NSDI 2024, 5.2:
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from .peers import loo_median
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,16 +48,35 @@ class SlowGroup:
     steps: int
 
 
-def transfer_matrix(arrivals: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """group x step mean transfer and mean wait per collective instance (ns)."""
-    a = arrivals.groupby(["group_id", "step"])[["after_last_ns", "waited_ns", "n"]].sum()
-    transfer = (a["after_last_ns"] / a["n"]).unstack("step")
-    skew = (a["waited_ns"] / a["n"]).unstack("step")
-    return transfer, skew
+TRANSFER = """
+SELECT group_id, at_step AS step, avg(transfer) AS transfer_mean, avg(skew) AS skew_mean,
+       count() AS instances
+FROM
+(
+    SELECT group_id, group_seq, any(step) AS at_step,
+           max(end_ns) - max(enqueue_ns) AS transfer, max(enqueue_ns) - min(enqueue_ns) AS skew
+    FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s
+      AND peer = -1 AND end_ns > 0
+    GROUP BY group_id, group_seq
+)
+GROUP BY group_id, at_step
+"""
+"""Per (group, step): mean time from the last member's arrival to the end (transfer, ns),
+mean spread of arrivals (skew, ns), and the number of collective instances. One
+aggregation, no join: every member of an instance ends within microseconds of the others."""
+
+
+def transfer_matrix(transfer: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """group x step mean transfer and mean arrival skew per instance (ns), from the
+    TRANSFER query's frame."""
+    t = transfer.set_index(["group_id", "step"])
+    return t["transfer_mean"].astype(float).unstack("step"), t["skew_mean"].astype(float).unstack(
+        "step"
+    )
 
 
 def find_slow_groups(
-    arrivals: pd.DataFrame,
+    transfer: pd.DataFrame,
     axes: dict[str, str],
     members: dict[str, list[int]],
     skip_steps: int = 1,
@@ -64,27 +85,29 @@ def find_slow_groups(
     """Groups whose transfer per collective exceeds the median of the other groups of
     their axis by ``ratio`` and ``min_excess_ms`` on most steps."""
     cfg = cfg or SlowCommConfig()
-    if arrivals.empty:
+    if transfer.empty:
         return []
-    transfer, skew = transfer_matrix(arrivals)
-    transfer = transfer.loc[:, sorted(transfer.columns)[skip_steps:]]
+    tm, skew = transfer_matrix(transfer)
+    tm = tm.loc[:, sorted(tm.columns)[skip_steps:]]
+    axis_of = np.array([axes.get(g, "mixed") for g in tm.index])
     found = []
-    for axis in {axes.get(g, "mixed") for g in transfer.index}:
-        groups = [g for g in transfer.index if axes.get(g, "mixed") == axis]
-        if len(groups) < 2 or axis in ("world", "mixed"):
+    for axis in set(axis_of) - {"world", "mixed"}:
+        rows = np.flatnonzero(axis_of == axis)
+        if len(rows) < 2:
             continue
-        for g in groups:
-            others = transfer.loc[[o for o in groups if o != g]].median(axis=0)
-            own = transfer.loc[g]
-            slow = (own > cfg.ratio * others) & ((own - others) > cfg.min_excess_ms * 1e6)
-            n = int(own.notna().sum())
-            if n and slow.sum() >= max(1, cfg.min_step_fraction * n):
-                found.append(SlowGroup(
-                    group_id=g, axis=axis, members=members.get(g, []),
-                    transfer_ms=float(np.nanmedian(own)) / 1e6,
-                    peers_transfer_ms=float(np.nanmedian(others)) / 1e6,
-                    skew_ms=float(np.nanmedian(skew.loc[g])) / 1e6,
-                    slow_steps=int(slow.sum()), steps=n))  # fmt: skip
+        own = tm.to_numpy(dtype=float)[rows]
+        others = loo_median(own)
+        slow = (own > cfg.ratio * others) & ((own - others) > cfg.min_excess_ms * 1e6)
+        n = (~np.isnan(own)).sum(axis=1)
+        hit = (n > 0) & (slow.sum(axis=1) >= np.maximum(1, cfg.min_step_fraction * n))
+        for i in np.flatnonzero(hit):
+            g = tm.index[rows[i]]
+            found.append(SlowGroup(
+                group_id=g, axis=axis, members=members.get(g, []),
+                transfer_ms=float(np.nanmedian(own[i])) / 1e6,
+                peers_transfer_ms=float(np.nanmedian(others[i])) / 1e6,
+                skew_ms=float(np.nanmedian(skew.loc[g])) / 1e6,
+                slow_steps=int(slow[i].sum()), steps=int(n[i])))  # fmt: skip
     return found
 
 

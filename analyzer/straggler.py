@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .peers import loo_median, sustained_onset
+
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
 DATA_PHASES = ("data_wait",)
 
@@ -70,27 +72,13 @@ def self_time(phases: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
 def peer_median(matrix: pd.DataFrame, role: pd.Series) -> pd.DataFrame:
     """For each rank and step, the median over the *other* ranks with the same role
     (``role`` maps rank -> e.g. pipeline stage). NaN where a rank has no peers."""
-    out = pd.DataFrame(np.nan, index=matrix.index, columns=matrix.columns)
-    for _, members in role.groupby(role):
-        ranks = [r for r in members.index if r in matrix.index]
-        for r in ranks:
-            peers = [p for p in ranks if p != r]
-            if peers:
-                out.loc[r] = matrix.loc[peers].median(axis=0)
-    return out
-
-
-def _onset(slow: pd.Series, cfg: StragglerConfig) -> int | None:
-    """First step from which at least ``min_slow_fraction`` of steps are slow."""
-    flags = slow.to_numpy(dtype=bool)
-    steps = slow.index.to_numpy()
-    for i in range(len(flags)):
-        if not flags[i]:
-            continue
-        tail = flags[i:]
-        if tail.sum() >= cfg.min_slow_steps and tail.mean() >= cfg.min_slow_fraction:
-            return int(steps[i])
-    return None
+    out = np.full(matrix.shape, np.nan)
+    roles = role.reindex(matrix.index).to_numpy()
+    values = matrix.to_numpy(dtype=float)
+    for r in pd.unique(roles):
+        rows = np.flatnonzero(roles == r)
+        out[rows] = loo_median(values[rows])
+    return pd.DataFrame(out, index=matrix.index, columns=matrix.columns)
 
 
 def _scan(
@@ -100,25 +88,25 @@ def _scan(
         return []
     matrix = matrix.loc[:, sorted(matrix.columns)[cfg.skip_steps :]]
     med = peer_median(matrix, role)
+    flags = is_slow(matrix, med).fillna(False).to_numpy(dtype=bool)
+    onsets = sustained_onset(flags, cfg.min_slow_steps, cfg.min_slow_fraction)
+    steps = np.asarray(matrix.columns)
     found = []
-    for r in matrix.index:
-        slow = is_slow(matrix.loc[r], med.loc[r]).fillna(False)
-        onset = _onset(slow, cfg)
-        if onset is None:
-            continue
-        cols = [s for s in matrix.columns if s >= onset]
-        ratio = (matrix.loc[r, cols] / med.loc[r, cols]).replace([np.inf], np.nan)
+    for i in np.flatnonzero(onsets >= 0):
+        r, first = matrix.index[i], int(onsets[i])
+        own, peer = matrix.iloc[i, first:], med.iloc[i, first:]
+        ratio = (own / peer).replace([np.inf], np.nan)
         found.append(
             SlowRank(
                 rank=int(r),
                 cause=cause,
-                onset_step=onset,
-                slow_steps=int(slow[cols].sum()),
-                steps_from_onset=len(cols),
+                onset_step=int(steps[first]),
+                slow_steps=int(flags[i, first:].sum()),
+                steps_from_onset=len(own),
                 median_ratio=float(np.nanmedian(ratio)) if ratio.notna().any() else float("inf"),
-                excess_ns=(matrix.loc[r, cols] - med.loc[r, cols]).clip(lower=0),
-                self_ns=matrix.loc[r],
-                peer_median_ns=med.loc[r],
+                excess_ns=(own - peer).clip(lower=0),
+                self_ns=matrix.iloc[i],
+                peer_median_ns=med.iloc[i],
             )
         )
     return found
@@ -141,12 +129,12 @@ def find_slow_ranks(
     data = self_time(phases, DATA_PHASES)
     thr = cfg.ratio_threshold
 
-    def compute_slow(own: pd.Series, med: pd.Series) -> pd.Series:
+    def compute_slow(own: pd.DataFrame, med: pd.DataFrame) -> pd.DataFrame:
         return own > thr * med
 
-    def data_slow(own: pd.Series, med: pd.Series) -> pd.Series:
-        budget = cfg.data_wait_fraction * step_time_ns.reindex(own.index)
-        return (own - med) > budget
+    def data_slow(own: pd.DataFrame, med: pd.DataFrame) -> pd.DataFrame:
+        budget = cfg.data_wait_fraction * step_time_ns.reindex(own.columns)
+        return (own - med).gt(budget, axis=1)
 
     found = _scan(compute, role, compute_slow, "compute", cfg)
     found += _scan(data, role, data_slow, "data_loader", cfg)

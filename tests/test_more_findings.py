@@ -22,59 +22,35 @@ def coords(world=8):
     ).set_index("rank")
 
 
+def transfer_frame(slow_group: int | None) -> pd.DataFrame:
+    """4 TP pairs (0,1) (2,3) (4,5) (6,7) x 10 steps; ``slow_group``'s link is slow."""
+    return pd.DataFrame(
+        [{"group_id": f"tp{g}", "step": step, "instances": 4, "skew_mean": 0.1 * MS,
+          "transfer_mean": (12 if g == slow_group else 1 + 0.1 * np.sin(g + step)) * MS}
+         for g in range(4) for step in range(10)]
+    )  # fmt: skip
+
+
+GROUPS = pd.DataFrame(
+    [{"group_id": f"tp{g}", "group_ranks": f"{2 * g},{2 * g + 1}"} for g in range(4)]
+)
+AXES = {f"tp{g}": "tp" for g in range(4)}
+
+
 def test_slow_tp_group_is_found_with_low_skew():
-    rows, groups = [], []
-    for g in range(4):  # TP pairs (0,1) (2,3) (4,5) (6,7); pair 2 has a slow link
-        members = [2 * g, 2 * g + 1]
-        groups.append({"group_id": f"tp{g}", "group_ranks": ",".join(map(str, members))})
-        for step in range(10):
-            for r in members:
-                transfer = (12 if g == 2 else 1) * MS
-                rows.append(
-                    {
-                        "rank": r,
-                        "last_rank": members[1],
-                        "group_id": f"tp{g}",
-                        "step": step,
-                        "op": "all_reduce",
-                        "n": 4,
-                        "waited_ns": 4 * 0.1 * MS,
-                        "after_last_ns": 4 * transfer,
-                    }
-                )
-    arrivals = pd.DataFrame(rows)
-    axes = {f"tp{g}": "tp" for g in range(4)}
     found = slow_comm_findings(
-        arrivals, pd.DataFrame(groups), axes, coords(), step_ms=100.0, skip_steps=1
+        transfer_frame(2), GROUPS, AXES, coords(), step_ms=100.0, skip_steps=1
     )
     assert len(found) == 1
     f = found[0]
     assert (f.kind, f.cause) == ("slow_communication", "communication")
     assert f.culprit_rank == -1 and f.evidence["shared_ranks"] == [4, 5]
     assert f.evidence["slow_groups"][0]["transfer_ms"] == 12.0
-    assert 40 < f.impact_pct < 50  # 4 x 11 ms extra per 100 ms step
+    assert 40 < f.impact_pct < 50  # 4 collectives x ~11 ms extra per 100 ms step
 
 
 def test_even_groups_are_not_slow():
-    rows = [
-        {
-            "rank": r,
-            "last_rank": r,
-            "group_id": f"tp{r // 2}",
-            "step": s,
-            "op": "all_reduce",
-            "n": 1,
-            "waited_ns": 0.0,
-            "after_last_ns": float(MS * (1 + 0.1 * np.sin(r + s))),
-        }
-        for r in range(8)
-        for s in range(10)
-    ]
-    groups = pd.DataFrame(
-        [{"group_id": f"tp{g}", "group_ranks": f"{2 * g},{2 * g + 1}"} for g in range(4)]
-    )
-    axes = {f"tp{g}": "tp" for g in range(4)}
-    assert slow_comm_findings(pd.DataFrame(rows), groups, axes, coords(), 100.0, 1) == []
+    assert slow_comm_findings(transfer_frame(None), GROUPS, AXES, coords(), 100.0, 1) == []
 
 
 def test_desync_names_the_odd_rank():
