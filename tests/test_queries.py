@@ -28,16 +28,19 @@ def _canon(frame: pd.DataFrame) -> pd.DataFrame:
 def test_queries_agree_on_chdb_and_clickhouse(hooked_job_spool, chdb_url, clickhouse_db_url):
     _, a = _load(chdb_url, hooked_job_spool)
     _, b = _load(clickhouse_db_url, hooked_job_spool)
-    for name in ("ranks", "steps", "phases", "arrivals", "p2p", "groups"):
+    for name in ("ranks", "steps", "phases", "groups", "transfer", "progress"):
         fa, fb = getattr(a, name), getattr(b, name)
         assert len(fa) > 0, name
         pd.testing.assert_frame_equal(_canon(fa), _canon(fb), check_dtype=False, obj=name)
+    for fa, fb in zip(a.waits_for([1, 2]), b.waits_for([1, 2]), strict=True):
+        assert len(fa) > 0
+        pd.testing.assert_frame_equal(_canon(fa), _canon(fb), check_dtype=False)
     assert a.run["status"] == b.run["status"] == "finished"
 
 
 def test_arrivals_and_p2p_name_who_waited_for_whom(hooked_job_spool, store_url):
     _, data = _load(store_url, hooked_job_spool)
-    arr = data.arrivals
+    arr, p2p = data.waits_for([0, 1, 2, 3])
     world = arr[
         arr["group_id"].map(
             dict(zip(data.groups["group_id"], data.groups["group_ranks"], strict=True))
@@ -48,7 +51,7 @@ def test_arrivals_and_p2p_name_who_waited_for_whom(hooked_job_spool, store_url):
     by_last = world.groupby("last_rank")["waited_ns"].sum()
     assert by_last.idxmax() == 1 and by_last[1] > 3 * 3 * 150e6
     # every recv found its send
-    assert data.p2p["n"].sum() == 4 * 3 + 2 * 3
+    assert p2p["n"].sum() == 4 * 3 + 2 * 3
     assert sorted(data.ranks["rank"]) == [0, 1, 2, 3]
     assert set(data.phases.columns) >= {"self_ns", "wait_ns", "dur_ns", "stage"}
 
