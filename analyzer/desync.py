@@ -2,7 +2,9 @@
 
 As PyTorch's Flight Recorder analysis (``fr_trace``) does from dumps: every member of a
 group must issue the same op with the same sizes and dtype at each sequence number; the
-first sequence where they differ names the odd rank(s) out.
+first sequence where they differ names the odd rank(s) out. The size compared is the one
+every member shares: what each receives for scatter (the root alone sends), none for
+all_to_all (splits may be uneven), the input elsewhere.
 """
 
 from __future__ import annotations
@@ -14,9 +16,14 @@ import pandas as pd
 MISMATCHES = """
 SELECT group_id, group_seq, any(group_ranks) AS members,
        groupArray(rank) AS ranks_list, groupArray(op) AS ops_list,
-       groupArray(numel_in) AS sizes_list, groupArray(dtype) AS dtypes_list,
-       uniqExact(op) AS n_ops, uniqExact(numel_in) AS n_sizes, uniqExact(dtype) AS n_dtypes
-FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND peer = -1
+       groupArray(size) AS sizes_list, groupArray(dtype) AS dtypes_list,
+       uniqExact(op) AS n_ops, uniqExact(size) AS n_sizes, uniqExact(dtype) AS n_dtypes
+FROM
+(
+    SELECT group_id, group_seq, group_ranks, rank, op, dtype,
+           multiIf(op = 'scatter', numel_out, op = 'all_to_all', toUInt64(0), numel_in) AS size
+    FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND peer = -1
+)
 GROUP BY group_id, group_seq
 HAVING n_ops > 1 OR n_sizes > 1 OR n_dtypes > 1
 ORDER BY group_seq

@@ -9,6 +9,9 @@ from .findings import Finding
 from .nan import nan_onsets
 from .slow_comm import SlowGroup, find_slow_groups, shared_ranks
 
+MIN_STEP_SHARE = 0.05
+"""A slow group is reported only if its extra transfer costs at least this share of the
+median step time (5%): below that it is noise on a shared host, or not worth a finding."""
 _NO_COORDS = {"dp": -1, "tp": -1, "pp": -1, "host": ""}
 
 
@@ -50,6 +53,13 @@ def slow_comm_findings(
     if groups.empty:
         return []
     slow = find_slow_groups(transfer, axes, _members(groups), skip_steps)
+    per_step = transfer.groupby("group_id")["instances"].median()
+    slow = [
+        s
+        for s in slow  # too small to matter (or noise): under MIN_STEP_SHARE of a step
+        if (s.transfer_ms - s.peers_transfer_ms) * per_step.get(s.group_id, 0)
+        >= MIN_STEP_SHARE * step_ms
+    ]
     if not slow:
         return []
     common = shared_ranks(slow)

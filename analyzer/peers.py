@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 
@@ -13,7 +15,11 @@ def loo_median(values: np.ndarray) -> np.ndarray:
     k = values.shape[0]
     if k < 2:
         return np.full(values.shape, np.nan)
-    col_med = np.nanmedian(values, axis=0) if np.isnan(values).any() else None
+    col_med = None
+    if np.isnan(values).any():
+        with warnings.catch_warnings():  # an all-NaN column stays NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            col_med = np.nanmedian(values, axis=0)
     v = np.where(np.isnan(values), col_med, values) if col_med is not None else values
     order = np.argsort(v, axis=0, kind="stable")
     s = np.take_along_axis(v, order, axis=0)

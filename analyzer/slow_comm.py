@@ -50,10 +50,10 @@ class SlowGroup:
 
 TRANSFER = """
 SELECT group_id, at_step AS step, avg(transfer) AS transfer_mean, avg(skew) AS skew_mean,
-       count() AS instances
+       count() AS instances, sum(payload) AS step_bytes
 FROM
 (
-    SELECT group_id, group_seq, any(step) AS at_step,
+    SELECT group_id, group_seq, any(step) AS at_step, max(bytes) AS payload,
            max(end_ns) - max(enqueue_ns) AS transfer, max(enqueue_ns) - min(enqueue_ns) AS skew
     FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s
       AND peer = -1 AND end_ns > 0
@@ -62,7 +62,8 @@ FROM
 GROUP BY group_id, at_step
 """
 """Per (group, step): mean time from the last member's arrival to the end (transfer, ns),
-mean spread of arrivals (skew, ns), and the number of collective instances. One
+mean spread of arrivals (skew, ns), the number of collective instances and the bytes
+they moved (groups are compared only with groups that move as much). One
 aggregation, no join: every member of an instance ends within microseconds of the others."""
 
 
@@ -83,17 +84,20 @@ def find_slow_groups(
     cfg: SlowCommConfig | None = None,
 ) -> list[SlowGroup]:
     """Groups whose transfer per collective exceeds the median of the other groups of
-    their axis by ``ratio`` and ``min_excess_ms`` on most steps."""
+    their axis moving the same bytes per step by ``ratio`` and ``min_excess_ms`` on most
+    steps."""
     cfg = cfg or SlowCommConfig()
     if transfer.empty:
         return []
     tm, skew = transfer_matrix(transfer)
     tm = tm.loc[:, sorted(tm.columns)[skip_steps:]]
-    axis_of = np.array([axes.get(g, "mixed") for g in tm.index])
+    payload = transfer.groupby("group_id")["step_bytes"].median().reindex(tm.index)
+    axis_of = np.array([f"{axes.get(g, 'mixed')}:{int(b)}" for g, b in payload.items()])
     found = []
-    for axis in set(axis_of) - {"world", "mixed"}:
-        rows = np.flatnonzero(axis_of == axis)
-        if len(rows) < 2:
+    for role in set(axis_of):
+        axis = role.split(":")[0]
+        rows = np.flatnonzero(axis_of == role)
+        if len(rows) < 2 or axis in ("world", "mixed"):
             continue
         own = tm.to_numpy(dtype=float)[rows]
         others = loo_median(own)

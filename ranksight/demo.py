@@ -137,7 +137,13 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
         )
         rc = _watch(cfg, trainer, store, run_id, console)
     launch.stop(agent)
-    if rc != 0:
+    if rc == HUNG:
+        err.print(
+            f"[red]error:[/] the training job hung (no step ended for {STALL_S:.0f} s); "
+            f"stopped it; its log: {log_path}"
+        )
+        _mark_failed(store, run_id, "hung")
+    elif rc != 0:
         err.print(
             f"[red]error:[/] the training job exited with code {rc}{launch.first_failure(log_path)}; "
             f"its log: {log_path}"
@@ -159,7 +165,7 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
             f"\nre-print: ranksight report --run {run_id}"
             + (f" --store {store_url}" if cfg.store else "")
         )
-    return 1 if rc != 0 else rep.exit_code(analysis)
+    return 1 if rc not in (0, HUNG) else rep.exit_code(analysis)
 
 
 def _watch(cfg: DemoConfig, trainer: subprocess.Popen, store, run_id: str, console: Console) -> int:
@@ -172,19 +178,42 @@ def _watch(cfg: DemoConfig, trainer: subprocess.Popen, store, run_id: str, conso
     )
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("starting 8 ranks (import torch, rendezvous)", total=cfg.steps)
+        last_step, changed = -1, time.monotonic()
         while trainer.poll() is None:
             if time.monotonic() > deadline:
                 launch.stop(trainer, signal.SIGTERM)
                 return 124
             step = _progress_step(store, run_id)
+            if step != last_step:
+                last_step, changed = step, time.monotonic()
             if step:
                 progress.update(task, completed=step, description="training (steps stored)")
+            if step and time.monotonic() - changed > STALL_S and _hung(store, run_id):
+                progress.update(task, description="[red]hung: stopping the job[/]")
+                launch.stop(trainer, signal.SIGTERM)
+                return HUNG
             time.sleep(1.0)
         progress.update(task, completed=_progress_step(store, run_id), description="training done")
     return trainer.returncode
 
 
-def _mark_failed(store, run_id: str) -> None:
+HUNG = -1000
+"""_watch's return value when it stopped a hung job."""
+STALL_S = 25.0
+"""Seconds without a new step before the demo asks the analyzer whether the job hangs
+(the analyzer's own threshold is HangConfig.stall_s on the records' clock)."""
+
+
+def _hung(store, run_id: str) -> bool:
+    from ranksight.analyzer import analyze
+
+    try:
+        return any(f.kind == "hang" for f in analyze(store, run_id, save=False).findings)
+    except Exception:  # the run may not be readable yet
+        return False
+
+
+def _mark_failed(store, run_id: str, status: str = "failed") -> None:
     import json
 
     import pandas as pd
@@ -195,7 +224,7 @@ def _mark_failed(store, run_id: str) -> None:
         "attempt": 0,
         "created_ns": now,
         "updated_ns": now,
-        "status": "failed",
+        "status": status,
         "world_size": 0,
         "dp": 0,
         "tp": 0,

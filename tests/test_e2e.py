@@ -119,3 +119,27 @@ def test_rank_dying_mid_run_is_named_and_what_was_collected_stays(tmp_path):
         "report", "--run", doc["run_id"], "--store", store, "--format", "json", home=home
     )
     assert again.returncode in (0, 3) and json.loads(again.stdout)["steps_analyzed"] >= 3
+
+
+def test_hang_is_localized_live_and_the_job_stopped(tmp_path):
+    home, store = str(tmp_path), str(tmp_path / "store")
+    out = ranksight(
+        "demo",
+        "--inject",
+        "hang:rank=3,from_step=5",
+        "--steps",
+        "10",
+        "--store",
+        store,
+        "--format",
+        "json",
+        home=home,
+    )
+    assert out.returncode == 3, out.stderr[-3000:]
+    assert "hung" in out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["status"] == "hung"
+    kinds = [(f["kind"], f["culprit_rank"], f["cause"]) for f in doc["findings"]]
+    assert kinds == [("hang", 3, "stuck")], kinds
+    hang = doc["findings"][0]["evidence"]
+    assert hang["waiting_on_root"] and 3 not in hang["waiting_on_root"][0]["blocked_ranks"]

@@ -25,7 +25,7 @@ def coords(world=8):
 def transfer_frame(slow_group: int | None) -> pd.DataFrame:
     """4 TP pairs (0,1) (2,3) (4,5) (6,7) x 10 steps; ``slow_group``'s link is slow."""
     return pd.DataFrame(
-        [{"group_id": f"tp{g}", "step": step, "instances": 4, "skew_mean": 0.1 * MS,
+        [{"group_id": f"tp{g}", "step": step, "instances": 4, "skew_mean": 0.1 * MS, "step_bytes": 4096,
           "transfer_mean": (12 if g == slow_group else 1 + 0.1 * np.sin(g + step)) * MS}
          for g in range(4) for step in range(10)]
     )  # fmt: skip
