@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 1
-"""Version of the table layout below; stored in the ``schema_version`` table."""
+SCHEMA_VERSION = 2
+"""Version of the table layout below; stored in the ``schema_version`` table.
+1: the first tables. 2: ``batch_id`` on the agent-shipped tables; the ``progress``,
+``agent_stats`` and collector tables (added by ``store/migrate.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
