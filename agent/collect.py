@@ -104,7 +104,9 @@ def build(config: CollectConfig) -> list[Collector]:
         "netdev": lambda: NetdevCollector(ctx),
         "host": lambda: HostCollector(ctx, local_ranks=ranks),
         "fr": lambda: FrCollector(ctx, prefixes=config.fr_prefixes),
-        "stacks": lambda: StallWatcher(ctx, stall_s=config.stall_s, local_ranks=ranks),
+        "stacks": lambda: StallWatcher(
+            ctx, stall_s=config.stall_s, interval_s=min(2.0, config.stall_s / 2), local_ranks=ranks
+        ),
     }
     return [make[name]() for name in config.collectors]
 

@@ -103,7 +103,7 @@ def main() -> None:
     os.makedirs(os.path.dirname(fr_prefix), exist_ok=True)
     recorder = subprocess.Popen(
         [sys.executable, "-m", "ranksight.collectors.nvml_record", os.path.join(work, "nvml_h200x2.json"),
-         "--snapshots", "16", "--every", "4", "--spool", spool],
+         "--snapshots", "14", "--every", "4", "--spool", spool],
         stdout=open(os.path.join(work, "nvml_record.log"), "w"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     store = ChdbStore(a.store)  # no init_schema: its version check needs the chdb engine
@@ -142,10 +142,10 @@ def main() -> None:
     if smi is not None:
         smi.terminate()
     hang_id = f"gpu-hang-{int(time.time())}"
-    extra = {"FR_JOB_TIMEOUT_S": "20", "FR_JOB_HANG_S": "32", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+    extra = {"FR_JOB_TIMEOUT_S": "30", "FR_JOB_HANG_S": "42", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
              "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": fr_prefix, "TORCH_FR_DUMP_TEMP_FILE": fr_prefix}  # fmt: skip
     rc = torchrun(["tests/workers/fr_job.py", "hang", os.path.join(work, "fr"), "3"], job_env(spool, hang_id, extra),
-                  os.path.join(work, "hang.log"), 75)  # fmt: skip
+                  os.path.join(work, "hang.log"), 100)  # fmt: skip
     print(f"hang rc={rc}; dumps: {sorted(os.listdir(os.path.dirname(fr_prefix)))}", flush=True)
     time.sleep(12)  # two FR polls: the dump must be stable before it is taken
     collection.stop()
