@@ -12,8 +12,11 @@ tar xf .gpu/src.tar -C $SRC
 # the installed package layout (pyproject package-dir) as links: ranksight.<sub> -> <sub>/
 for f in $SRC/ranksight/*; do ln -sf "$f" $PKG/; done
 for d in store trainer_hooks collectors agent analyzer ui reference_trainer; do ln -sfn $SRC/$d $PKG/$d; done
-# chdb is too large to carry: the store here is only written (Parquet), never queried
+# chdb is too large to carry and clickhouse-driver is not there: the store here is only
+# written (Parquet segments), never queried
 echo 'def connect(*a, **k): raise RuntimeError("chdb is not installed on this machine")' > $B/stub/chdb/__init__.py
+mkdir -p $B/stub/clickhouse_driver/util && touch $B/stub/clickhouse_driver/__init__.py $B/stub/clickhouse_driver/util/__init__.py
+echo 'def escape_param(*a, **k): raise RuntimeError("clickhouse-driver is not installed on this machine")' > $B/stub/clickhouse_driver/util/escape.py
 python3 -m pip install -q --no-index --no-deps --no-compile --target $B/site .gpu/whl/*.whl
 export PYTHONPATH=$B/rs:$B/stub:$B/site PATH=$B/site/bin:$PATH
 cp -r .gpu/store $B/store

@@ -40,12 +40,16 @@ def list_dir(path: str) -> list[str]:
 
 
 def pci_address(device_link: str) -> str:
-    """The PCI address a ``.../device`` link resolves to (``0000:17:00.0``), "" if it is
-    not a PCI device (virtual NICs have no ``device`` link)."""
+    """The PCI address of the device a ``.../device`` link resolves to (``0000:17:00.0``):
+    the innermost PCI address in the resolved path, so a virtio NIC (``.../0000:00:03.0/
+    virtio2``) gets its PCI function. "" if it is not on PCI (virtual NICs have no
+    ``device`` link)."""
     if not os.path.exists(device_link):
         return ""
-    name = os.path.basename(os.path.realpath(device_link))
-    return name if BDF.match(name) else ""
+    for part in reversed(os.path.realpath(device_link).split(os.sep)):
+        if BDF.match(part):
+            return part
+    return ""
 
 
 def pci_chain(sysfs_root: str, bdf: str) -> list[str]:
