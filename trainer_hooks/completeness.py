@@ -67,9 +67,12 @@ def hook_counts(records: list[dict[str, Any]]) -> dict[str, int]:
     return dict(collections.Counter(r["group_id"] for r in records))
 
 
-def write_counts(path: str, hooks: dict[str, int], counter: DispatchCounter) -> None:
-    """Write both counts (and the dispatcher's per-op breakdown) as JSON to ``path``."""
+def write_counts(
+    path: str, hooks: dict[str, int], hooks_ops: dict[str, int], counter: DispatchCounter
+) -> None:
+    """Write both counts, per group and per ``"<group> <op>"``, as JSON to ``path``."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    doc = {"hooks": hooks, "dispatch": dict(counter.counts), "dispatch_ops": dict(counter.ops)}
+    doc = {"hooks": hooks, "hooks_ops": hooks_ops, "dispatch": dict(counter.counts),
+           "dispatch_ops": dict(counter.ops)}  # fmt: skip
     with open(path, "w") as f:
         json.dump(doc, f, sort_keys=True)

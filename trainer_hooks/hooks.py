@@ -289,7 +289,7 @@ class Hooks:
         self._spool.close()
         if self._counter is not None:
             path = os.path.join(os.path.dirname(self._spool.path), f"counts-rank{self.rank}.json")
-            write_counts(path, dict(self._hook_counts), self._counter)
+            write_counts(path, dict(self._hook_counts), dict(self._hook_ops), self._counter)
         _detach()
         return self.stats
 

@@ -1,0 +1,60 @@
+"""The hooks on plain DDP and FSDP2 scripts (not the reference trainer): every gradient
+collective is seen at the default level, matching a dispatcher-level count."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.spool import read_spool
+
+WORKER = os.path.join(os.path.dirname(__file__), "workers", "plain_job.py")
+_OP_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "_allgather_base": "all_gather",
+             "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+             "all_gather_into_tensor": "all_gather"}  # fmt: skip
+# DDP's constructor broadcasts the parameters and checks their shapes from C++: only the
+# detailed level sees those; its gradient buckets (through instrument_ddp) the default does.
+CASES = [
+    ("ddp", "default", "all_reduce", False),
+    ("ddp", "detailed", "all_reduce", True),
+    ("fsdp", "default", "reduce_scatter", True),
+]
+
+
+def _by_op(counts: dict[str, int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, n in counts.items():
+        op = name.split(" ", 1)[1].rsplit(".", 1)[-1].rstrip("_")
+        op = _OP_NAMES.get(op, op)
+        out[op] = out.get(op, 0) + n
+    return out
+
+
+@pytest.mark.parametrize(("mode", "level", "op", "complete"), CASES)
+def test_plain_script_collectives_are_all_seen(tmp_path, mode, level, op, complete):
+    spool = str(tmp_path / "spool")
+    env = {**os.environ, "RANKSIGHT_SPOOL_DIR": spool, "RANKSIGHT_RUN_ID": mode,
+           "RANKSIGHT_VERIFY_COUNTS": "1", "RANKSIGHT_LEVEL": level, "OMP_NUM_THREADS": "1"}  # fmt: skip
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           WORKER, mode]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    paths = glob.glob(os.path.join(spool, mode, "a0", "counts-rank*.json"))
+    assert len(paths) == 2
+    for path in paths:
+        with open(path) as f:
+            counts = json.load(f)
+        if complete:
+            assert counts["hooks"] == counts["dispatch"], counts
+        else:
+            assert _by_op(counts["hooks_ops"])[op] == _by_op(counts["dispatch_ops"])[op], counts
+    frames = read_spool(spool)
+    coll = frames["collectives"]
+    grads = coll[(coll["op"] == op) & (coll["phase"] == "backward")]
+    assert len(grads) >= 2 * 4, coll.groupby(["op", "phase"]).size()  # per rank, every step
+    assert set(frames["phases"]["phase"]) >= {"data_wait", "forward", "backward", "optimizer"}

@@ -1,0 +1,44 @@
+"""A plain training script (no reference trainer) with the hooks: a small MLP trained with
+DDP or FSDP2 on 2 gloo ranks. Run: torchrun --nproc-per-node 2 plain_job.py ddp|fsdp"""
+
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ranksight import trainer_hooks
+
+mode = sys.argv[1]
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
+hooks = trainer_hooks.attach(mesh={"dp": rank, "tp": 0, "pp": 0}, mesh_shape={"dp": world})
+if mode == "ddp":
+    model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.05)
+    hooks.instrument_ddp(model)
+else:
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+gen = torch.Generator().manual_seed(rank)
+for step in range(4):
+    with hooks.step(step) as s:
+        with hooks.phase("data_wait"):
+            x = torch.randn(32, 64, generator=gen)
+        with hooks.phase("forward"):
+            loss = model(x).pow(2).mean()
+        with hooks.phase("backward"):
+            loss.backward()
+        with hooks.phase("optimizer"):
+            opt.step()
+            opt.zero_grad()
+        s.set(loss=loss.item(), tokens=32)
+stats = hooks.close()
+assert stats["errors"] == 0 and stats["collectives"] > 0, stats
+dist.destroy_process_group()
