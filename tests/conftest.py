@@ -80,8 +80,7 @@ def hooked_job_spool(tmp_path_factory: pytest.TempPathFactory) -> str:
         spool,
         "hooks-test",
     ]
-    out = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
-    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_FR_DUMP_TEMP_FILE": f"{spool}/fr-rank"}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return spool

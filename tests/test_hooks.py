@@ -83,3 +83,17 @@ def test_progress_snapshots_end_with_everything_completed(job):
     counts = coll[coll["peer"] == -1].groupby(["rank", "group_id"]).size()
     mine = last[last["direction"] == ""].set_index(["rank", "group_id"])["issued_seq"] + 1
     assert mine.sort_index().to_dict() == counts.sort_index().to_dict()
+
+
+def test_flight_recorder_dump_on_request(hooked_job_spool, job):
+    import glob
+    import json
+
+    from ranksight.collectors.flight_recorder import read_dump
+
+    paths = sorted(glob.glob(f"{hooked_job_spool}/fr-rank*"))
+    assert [p.rsplit("fr-rank", 1)[1] for p in paths] == ["0", "1", "2", "3"]
+    dump = read_dump(paths[1], rank=1)
+    assert dump.entries and not [p for p in dump.problems if "unknown" in p]
+    meta = json.loads(job["runs"]["meta_json"].iloc[0])
+    assert meta["flight_recorder"]["dump_prefix"] == f"{hooked_job_spool}/fr-rank"

@@ -33,6 +33,7 @@ from .collective_log import BlockedClock, CollectiveLog
 from .collectives import DispatchRecorder
 from .completeness import DispatchCounter, write_counts
 from .config import HooksConfig
+from .flight_recorder import DumpOnRequest
 from .gc_pauses import GcRecorder
 from .spool import SpoolWriter, spool_path
 from .waits import patch_async_waits, patch_work_wait
@@ -147,6 +148,7 @@ class Hooks:
         )
         if self._spool.error:
             warnings.warn(f"ranksight: {self._spool.error}; records will be dropped", stacklevel=3)
+        self._fr = DumpOnRequest(os.path.dirname(path), self.rank)
         mesh = mesh or {}
         self._put(
             {
@@ -173,7 +175,14 @@ class Hooks:
                 "dp": int(shape.get("dp", 1)),
                 "tp": int(shape.get("tp", 1)),
                 "pp": int(shape.get("pp", 1)),
-                "meta_json": json.dumps(meta or {}, default=str),
+                "meta_json": json.dumps(
+                    {
+                        **(meta or {}),
+                        "flight_recorder": self._fr.meta(),
+                        "hook_level": config.level,
+                    },
+                    default=str,
+                ),
             }
             self._put_run("running")
         self._log = CollectiveLog(self._put, self._context, self._clock)
@@ -202,6 +211,9 @@ class Hooks:
 
     def _progress(self) -> list[dict[str, Any]]:
         log = getattr(self, "_log", None)
+        fr = getattr(self, "_fr", None)
+        if fr is not None:
+            fr.check()
         return log.progress_records(self._step) if log is not None else []
 
     def _context(self) -> tuple[int, str]:

@@ -4,6 +4,7 @@ DTensor redistribute; rank 1 sleeps before each all_reduce so the others wait fo
 Run: torchrun --nproc-per-node 4 tests/workers/hooked_job.py SPOOL_DIR RUN_ID
 """
 
+import os
 import sys
 import time
 import warnings
@@ -61,6 +62,12 @@ for step in range(3):
             dist.all_reduce(x, group=pairs[rank // 2])
         dist.barrier()
         s.set(loss=1.0 / (step + 1), tokens=1000, lr=1e-3)
+    if step == 1:  # as the agent would: ask every rank for a Flight Recorder dump
+        from ranksight.trainer_hooks.flight_recorder import request_dump
+
+        if rank == 0:
+            request_dump(os.path.dirname(hooks._spool.path))
+        time.sleep(3.0)  # the writer threads look every 2 s
 stats = hooks.close()
 assert stats["errors"] == 0, hooks._log.last_error
 print(f"rank {rank} stats {stats}", flush=True)

@@ -1,0 +1,92 @@
+"""PyTorch's Flight Recorder from inside the rank: where it dumps, and dumps on request.
+
+torch keeps the last ``TORCH_NCCL_TRACE_BUFFER_SIZE`` / ``TORCH_FR_BUFFER_SIZE``
+collectives of every process group (on by default in recent torch for NCCL and gloo) and
+writes them on a watchdog timeout to ``$TORCH_FR_DUMP_TEMP_FILE<rank>``. A hung job whose
+watchdog has not fired yet (10 minutes by default) has no dump; the node agent can ask for
+one: it touches ``<spool_dir>/<run_id>/a<attempt>/fr-dump-request`` (:func:`request_dump`),
+and each rank's writer thread, which keeps running while training is stuck, writes the
+dump (pickle, torch's own format) to the same path torch would use, where the agent's
+Flight Recorder collector picks it up.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from ranksight import env
+
+REQUEST_FILE = "fr-dump-request"
+DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
+"""torch's default dump prefix."""
+
+
+def dump_prefix() -> str:
+    """Where torch (and these hooks) write dumps: ``$TORCH_FR_DUMP_TEMP_FILE``, else
+    ``$TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, else torch's default; the rank is appended."""
+    return (os.environ.get(env.TORCH_FR_DUMP_TEMP_FILE)
+            or os.environ.get(env.TORCH_NCCL_DEBUG_INFO_TEMP_FILE) or DEFAULT_PREFIX)  # fmt: skip
+
+
+def request_dump(run_dir: str) -> str:
+    """Ask every rank of the run writing to ``run_dir`` (``<spool>/<run_id>/a<attempt>``) for
+    a Flight Recorder dump; returns the request file's path."""
+    path = os.path.join(run_dir, REQUEST_FILE)
+    with open(path, "a"):
+        os.utime(path)
+    return path
+
+
+def dump_bytes() -> bytes:
+    """The Flight Recorder's current contents (pickle); raises RuntimeError if this torch
+    has no dump entry point."""
+    c10d = torch._C._distributed_c10d
+    for name in ("_dump_fr_trace", "_dump_nccl_trace"):
+        fn = getattr(c10d, name, None)
+        if fn is not None:
+            return fn()
+    raise RuntimeError("this torch build has no Flight Recorder dump function")
+
+
+class DumpOnRequest:
+    """Checked from the hooks' writer thread: when the request file is newer than the last
+    dump, write one to ``<prefix><rank>`` (temp file, then rename)."""
+
+    def __init__(self, run_dir: str, rank: int) -> None:
+        self.request = os.path.join(run_dir, REQUEST_FILE)
+        self.path = f"{dump_prefix()}{rank}"
+        self._done_mtime = self._mtime()  # a request older than attach is not for us
+        self.dumps = 0
+        self.error = ""
+
+    def _mtime(self) -> float:
+        try:
+            return os.stat(self.request).st_mtime
+        except OSError:
+            return 0.0
+
+    def check(self) -> list[dict[str, Any]]:
+        """Dump if asked; never raises (the error is kept in ``error``)."""
+        mtime = self._mtime()
+        if mtime <= self._done_mtime:
+            return []
+        self._done_mtime = mtime
+        try:
+            data = dump_bytes()
+            tmp = f"{self.path}.tmp{os.getpid()}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.path)
+            self.dumps += 1
+        except Exception as e:
+            self.error = f"Flight Recorder dump failed: {e}"
+        return []
+
+    def meta(self) -> dict[str, Any]:
+        """What the run's metadata records about the Flight Recorder."""
+        return {"dump_prefix": dump_prefix(), "request_file": self.request,
+                "buffer_entries": os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE")
+                or os.environ.get("TORCH_FR_BUFFER_SIZE") or "torch default"}  # fmt: skip
