@@ -16,7 +16,7 @@ from dataclasses import dataclass
 SCHEMA_VERSION = 2
 """Version of the table layout below; stored in the ``schema_version`` table.
 1: the first tables. 2: ``batch_id`` on the agent-shipped tables; the ``progress``,
-``agent_stats`` and collector tables (added by ``store/migrate.py``)."""
+``agent_stats``, ``clock_offsets`` and collector tables (added by ``store/migrate.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +209,21 @@ FINDINGS = Table(
     order_by=("run_id", "attempt", "analyzed_ns", "finding_id"),
     time_column="analyzed_ns",
 )
+
+CLOCK_OFFSETS = Table(
+    "clock_offsets",
+    _RUN
+    + (
+        ("analyzed_ns", "Int64"),
+        ("rank", "UInt32"),
+        ("offset_ns", "Int64"),  # this rank's clock minus its groups' (median completion)
+        ("uncertainty_ns", "Int64"),  # half the interquartile range of that deviation
+        ("samples", "UInt64"),  # collectives the estimate rests on
+    ),
+    order_by=("run_id", "attempt", "analyzed_ns", "rank"),
+    time_column="analyzed_ns",
+)
+"""Each rank's measured clock offset, written by the analyzer (analyzer/clock.py)."""
 
 SCHEMA_VERSION_TABLE = Table(
     "schema_version",
@@ -525,6 +540,7 @@ TABLES: dict[str, Table] = {
         HOOK_STATS,
         PROGRESS,
         FINDINGS,
+        CLOCK_OFFSETS,
         SCHEMA_VERSION_TABLE,
         GPU_SAMPLES,
         GPU_EVENTS,
