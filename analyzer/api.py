@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pandas as pd
 
 from ranksight.store import Store
 
+from . import clock
 from .diagnose import Analysis, diagnose
 from .queries import load_run
 from .straggler import StragglerConfig
@@ -36,7 +38,21 @@ def analyze(
 ) -> Analysis:
     """Diagnose one run attempt (the latest when ``attempt`` is None); with ``save``, store
     the findings for the UI. Raises UnknownRun for a run id not in the store."""
-    analysis = diagnose(load_run(store, run_id, attempt), config)
+    data = load_run(store, run_id, attempt)
+    analysis = diagnose(data, config)
+    offsets = clock_offsets(store, data)
+    analysis = dataclasses.replace(analysis, clock=clock.summarize(offsets))
     if save:
-        save_findings(store, analysis)
+        t = time.time_ns()
+        save_findings(store, analysis, t)
+        if not offsets.empty:
+            store.insert("clock_offsets", clock.offset_rows(offsets, run_id, data.attempt, t))
     return analysis
+
+
+def clock_offsets(store: Store, data, last_steps: int = 10) -> pd.DataFrame:
+    """Per-rank clock offsets over the run's last ``last_steps`` steps (analyzer/clock.py)."""
+    since = int(data.steps["step"].max()) - last_steps if not data.steps.empty else 0
+    return store.query(
+        clock.OFFSETS, {"run_id": data.run_id, "attempt": data.attempt, "since_step": since}
+    )

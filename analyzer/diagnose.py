@@ -36,6 +36,8 @@ class Analysis:
     steps_analyzed: int
     median_step_ms: float
     notes: list[str] = field(default_factory=list)
+    clock: dict = field(default_factory=dict)
+    """Measured cross-rank clock alignment (analyzer/clock.py ``summarize``), when loaded."""
 
 
 def step_times(steps: pd.DataFrame) -> pd.Series:

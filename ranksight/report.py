@@ -35,6 +35,7 @@ def to_json(analysis: Analysis, run: dict | None = None) -> str:
         "culprit_found": bool(analysis.findings),
         "findings": [asdict(f) for f in analysis.findings],
         "notes": analysis.notes,
+        "clock": analysis.clock,
     }
     return json.dumps(doc, indent=2, default=str)
 
@@ -54,6 +55,13 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
         f" · median step {analysis.median_step_ms:.0f} ms"
     )
     console.print(head)
+    c = analysis.clock
+    if c.get("ranks"):
+        console.print(
+            f"[dim]clock alignment over {c['ranks']} ranks: worst offset "
+            f"{c['max_abs_offset_us']} µs, uncertainty {c['median_uncertainty_us']} µs "
+            f"({c['samples_per_rank']} collectives per rank)[/]"
+        )
     for note in analysis.notes:
         console.print(f"[dim]note: {note}[/]")
     if not analysis.findings:

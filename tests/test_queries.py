@@ -60,3 +60,16 @@ def test_unknown_run_is_a_clear_error(store):
     with pytest.raises(UnknownRun, match="unknown run 'nope'"):
         load_run(store, "nope")
     assert list_runs(store).empty
+
+
+def test_clock_offsets_are_measured_on_both_backends(hooked_job_spool, store_url):
+    from ranksight.analyzer.api import analyze
+
+    store, _ = _load(store_url, hooked_job_spool)
+    analysis = analyze(store, "hooks-test")
+    assert analysis.clock["ranks"] == 4 and analysis.clock["samples_per_rank"] >= 3
+    assert analysis.clock["max_abs_offset_us"] < 1e6  # one host, one clock: well under 1 s
+    stored = store.query(
+        "SELECT count() AS n FROM clock_offsets WHERE run_id = %(r)s", {"r": "hooks-test"}
+    )
+    assert int(stored["n"].iloc[0]) == 4
