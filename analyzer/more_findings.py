@@ -50,7 +50,7 @@ def slow_comm_findings(
 ) -> list[Finding]:
     """One finding for the slow groups: culprit the rank shared by all of them (-1 when
     they share none or several: the link between the members)."""
-    if groups.empty:
+    if groups.empty or transfer.empty:
         return []
     slow = find_slow_groups(transfer, axes, _members(groups), skip_steps)
     per_step = transfer.groupby("group_id")["instances"].median()
