@@ -92,7 +92,7 @@ def fr_import(
     could not be read."""
     import time
 
-    from ranksight.cli import _fail, _open, console
+    from ranksight.cli import _fail, _open
     from ranksight.collectors.base import frame
     from ranksight.collectors.flight_recorder import read_dump
     from ranksight.collectors.fr_ingest import dump_rows
@@ -109,7 +109,6 @@ def fr_import(
         except StoreError as exc:
             _fail(str(exc))
         note = "; ".join(dump.problems) or "ok"
-        console.print(
-            f"{path}: rank {dump.rank}, version {dump.version or '?'}, {len(dump.entries)} entries: {note}",
-            markup=False,
+        print(
+            f"{path}: rank {dump.rank}, version {dump.version or '?'}, {len(dump.entries)} entries: {note}"
         )

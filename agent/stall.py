@@ -1,11 +1,13 @@
 """Decide that a rank stopped making progress, and take the stacks of its run's local ranks.
 
-A hooked rank appends to its spool file at every step, phase and collective it issues. A
-rank whose process is alive but whose file has not grown for ``stall_s`` seconds is
+A hooked rank appends a record to its spool file at every step, phase and collective; its
+writer thread also appends ``progress`` snapshots every few seconds, even while the
+training thread is stuck. So a rank made progress when anything but ``progress`` records
+was appended. A rank whose process is alive and that made none for ``stall_s`` seconds is
 stuck — in a collective whose peers never came, in a data loader, in a deadlock. The
 watcher then dumps every local rank of that run with py-spy at once (trigger
 ``no_progress``) — the stuck one and the ones waiting for it, so the odd stack out can be
-seen — and does so once per stall: again only after the run has progressed in between.
+seen — once per stall: again only after the run has progressed in between.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ class StallWatcher(Collector):
         self.pyspy = pyspy
         self.local_ranks = local_ranks or LocalRanks(ctx.spool_dir)
         self.taker: StackTaker | None = None
-        self._size: dict[str, tuple[int, float]] = {}
+        self._seen: dict[str, tuple[int, float]] = {}
+        """Per spool file: offset read up to, and when the rank last made progress."""
         self._dumped: set[tuple[str, int]] = set()
 
     def open(self) -> None:
@@ -49,22 +52,21 @@ class StallWatcher(Collector):
         self.taker = StackTaker(self.ctx.host, self.pyspy)
 
     def stalled(self, ranks: list[LocalRank], now: float) -> set[tuple[str, int]]:
-        """Runs ``(run_id, attempt)`` with a rank whose spool file has not grown for
-        ``stall_s`` seconds (``now``: ``time.monotonic()``); updates what was seen."""
+        """Runs ``(run_id, attempt)`` with a rank that appended nothing but ``progress``
+        records for ``stall_s`` seconds (``now``: ``time.monotonic()``)."""
         stuck, seen = set(), set()
         for lr in ranks:
             seen.add(lr.spool_path)
-            try:
-                size = os.stat(lr.spool_path).st_size
-            except OSError:
+            last = self._seen.get(lr.spool_path)
+            offset, moved = appended_progress(lr.spool_path, last[0] if last else None)
+            if last is None or moved:
+                self._seen[lr.spool_path] = (offset, now)
                 continue
-            last = self._size.get(lr.spool_path)
-            if last is None or size != last[0]:
-                self._size[lr.spool_path] = (size, now)
-            elif now - last[1] >= self.stall_s:
+            self._seen[lr.spool_path] = (offset, last[1])
+            if now - last[1] >= self.stall_s:
                 stuck.add((lr.run_id, lr.attempt))
-        for path in set(self._size) - seen:
-            del self._size[path]
+        for path in set(self._seen) - seen:
+            del self._seen[path]
         return stuck
 
     def collect(self, now_ns: int) -> Rows:
@@ -78,3 +80,30 @@ class StallWatcher(Collector):
             mine = [lr for lr in ranks if (lr.run_id, lr.attempt) == run]
             rows.extend(self.taker.take(mine, "no_progress"))
         return {"stacks": rows}
+
+
+HEARTBEAT = b'{"t":"progress"'
+"""How a ``progress`` snapshot line starts (``trainer_hooks/spool.py`` writes compact JSON)."""
+_LOOK_BYTES = 1 << 16
+
+
+def appended_progress(path: str, offset: int | None) -> tuple[int, bool]:
+    """``(new offset, progressed)``: whether complete lines appended to ``path`` after
+    ``offset`` hold a record other than a ``progress`` snapshot. The new offset is just
+    after the last complete line. More than 64 KiB appended counts as progress unread
+    (snapshots are a few hundred bytes every few seconds). ``offset`` None: the first look,
+    which only finds the end."""
+    try:
+        size = os.stat(path).st_size
+        if offset is None or size < offset:
+            return size, offset is not None
+        if size - offset > _LOOK_BYTES:
+            return size, True
+        with open(path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read(size - offset)
+    except OSError:
+        return offset or 0, False
+    end = chunk.rfind(b"\n") + 1
+    lines = chunk[:end].splitlines()
+    return offset + end, any(line and not line.startswith(HEARTBEAT) for line in lines)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gzip
 import json
 import os
 import sys
@@ -27,7 +28,7 @@ import time
 import psutil
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RECORDING = os.path.join(HERE, "..", "tests", "data", "nvml", "h200x2.json")
+RECORDING = os.path.join(HERE, "..", "tests", "data", "nvml", "h200x2.json.gz")
 
 
 def widen(recording: dict, gpus: int) -> dict:
@@ -53,7 +54,7 @@ def collectors(config, replay_gpus: int):
     built = build(config)
     if not replay_gpus:
         return built
-    with open(RECORDING) as f:
+    with gzip.open(RECORDING, "rt") as f:
         rec = widen(json.load(f), replay_gpus)
     ctx = NodeContext(host=config.host, spool_dir=config.spool_dir, data_dir=config.data_dir)
     swap = {

@@ -18,12 +18,14 @@ are loaded with an unpickler that refuses every class (dumps hold only plain dat
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import math
 import os
 import pickle
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,7 @@ KNOWN_VERSIONS = tuple(f"2.{m}" for m in range(0, 11))
 
 _REQUIRED = ("record_id", "profiling_name", "time_created_ns")
 _TRAILING_INT = re.compile(r"(\d+)$")
+_SUFFIX = re.compile(r"\.(gz|pkl|pickle|json)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +68,12 @@ class _SalvagingUnpickler(pickle._Unpickler):  # the pure-Python one keeps its s
 
 
 def rank_from_name(path: str) -> int | None:
-    """The trailing number of a dump's file name (``nccl_trace_rank_3`` -> 3), else None."""
-    m = _TRAILING_INT.search(os.path.basename(path))
+    """The trailing number of a dump's file name, past ``.pkl``/``.json``/``.gz``
+    (``nccl_trace_rank_3`` -> 3, ``train_rank1.json.gz`` -> 1), else None."""
+    name = os.path.basename(path)
+    while (stem := _SUFFIX.sub("", name)) != name:
+        name = stem
+    m = _TRAILING_INT.search(name)
     return int(m.group(1)) if m else None
 
 
@@ -85,8 +92,14 @@ def read_dump(path: str, rank: int | None = None) -> FrDump:
 
 def parse(data: bytes, source: str = "", rank: int | None = None) -> FrDump:
     """A dump from its bytes (pickle if it starts with the pickle protocol byte, JSON if
-    with ``{``)."""
+    with ``{``; either may be gzip-compressed)."""
     problems: list[str] = []
+    if data[:2] == b"\x1f\x8b":  # gzip, as dumps are often kept
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            problems.append(f"the gzip file is damaged ({exc}); read what it gave")
+            data = _gunzip_partial(data)
     if not data.strip():
         return FrDump(source, "", "", "", rank, (), {}, {}, ("the file is empty",))
     if data[:1] == b"\x80":
@@ -134,6 +147,15 @@ def parse(data: bytes, source: str = "", rank: int | None = None) -> FrDump:
         _dict(top.get("pg_status")),
         tuple(problems),
     )
+
+
+def _gunzip_partial(data: bytes) -> bytes:
+    """What a damaged gzip stream decompresses to before the damage."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        return d.decompress(data)
+    except zlib.error:
+        return b""
 
 
 def _dict(value: Any) -> dict:
