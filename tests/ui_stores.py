@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_made: dict[str, StoredRun] = {}
+_made: dict[str, object] = {}
+"""Runs made so far this session (or the error making one raised, raised again at once)."""
 
 
 @dataclass(frozen=True)
@@ -26,57 +27,86 @@ class StoredRun:
     world: int
     steps: int
     culprit: int
+    """The rank the run's straggler finding names."""
+
+
+def _once(name: str, make) -> StoredRun:
+    """``make()`` on first use; later calls return its run, or raise its error again."""
+    if name not in _made:
+        try:
+            _made[name] = make()
+        except BaseException as exc:  # noqa: BLE001 - remembered so each test fails fast
+            _made[name] = exc
+            raise
+    got = _made[name]
+    if isinstance(got, BaseException):
+        raise AssertionError(f"making the {name} run failed earlier: {got}")
+    return got
+
+
+def straggler_of(findings: list[dict]) -> int:
+    """The culprit rank of the one straggler finding (fails if there is not exactly one)."""
+    ranks = [f["culprit_rank"] for f in findings if f["kind"] == "straggler"]
+    assert len(ranks) == 1, findings
+    return int(ranks[0])
 
 
 def demo_run(tmp_path_factory) -> StoredRun:
     """The `ranksight demo --steps 10` run (made on first use, about a minute on 2 cores)."""
-    if "demo" not in _made:
-        home = str(tmp_path_factory.mktemp("ui_demo"))
-        store = os.path.join(home, "store")
-        env = {**os.environ, "RANKSIGHT_HOME": home}
-        env.pop("RANKSIGHT_STORE", None)
-        cmd = [
-            sys.executable,
-            "-m",
-            "ranksight.cli",
-            "demo",
-            "--steps",
-            "10",
-            "--store",
-            store,
-            "--format",
-            "json",
-        ]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-        assert out.returncode in (0, 3), out.stderr[-4000:]
-        doc = json.loads(out.stdout)
-        assert [f["culprit_rank"] for f in doc["findings"]] == [5], doc["findings"]
-        _made["demo"] = StoredRun(store, doc["run_id"], 8, 10, 5)
-    return _made["demo"]
+    return _once("demo", lambda: _make_demo(tmp_path_factory))
+
+
+def _make_demo(tmp_path_factory) -> StoredRun:
+    home = str(tmp_path_factory.mktemp("ui_demo"))
+    store = os.path.join(home, "store")
+    env = {**os.environ, "RANKSIGHT_HOME": home}
+    env.pop("RANKSIGHT_STORE", None)
+    cmd = [
+        sys.executable,
+        "-m",
+        "ranksight.cli",
+        "demo",
+        "--steps",
+        "10",
+        "--store",
+        store,
+        "--format",
+        "json",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    assert out.returncode in (0, 3), out.stderr[-4000:]
+    doc = json.loads(out.stdout)
+    assert straggler_of(doc["findings"]) == 5
+    return StoredRun(store, doc["run_id"], 8, 10, 5)
 
 
 def synthetic_run(tmp_path_factory) -> StoredRun:
     """A 32-rank (DP2 x TP8 x PP2) synthetic run of 12 steps, rank 12 slow from step 5."""
-    if "synth" not in _made:
-        from ranksight.analyzer import analyze
-        from ranksight.store import open_store
-        from ranksight.synthetic import SynthConfig, write_synthetic
+    return _once("synth", lambda: _make_synthetic(tmp_path_factory))
 
-        store = str(tmp_path_factory.mktemp("ui_synth") / "store")
-        with open_store(store) as s:
-            s.init_schema()
-            cfg = SynthConfig(
-                ranks=32,
-                steps=12,
-                faults=("slow:rank=12,factor=3,from_step=5",),
-                seed=3,
-                run_id="synth-ui",
-            )
-            write_synthetic(s, cfg)
-            culprits = [f.culprit_rank for f in analyze(s, "synth-ui").findings]
-        assert culprits == [12], culprits
-        _made["synth"] = StoredRun(store, "synth-ui", 32, 12, 12)
-    return _made["synth"]
+
+def _make_synthetic(tmp_path_factory) -> StoredRun:
+    from ranksight.analyzer import analyze
+    from ranksight.store import open_store
+    from ranksight.synthetic import SynthConfig, write_synthetic
+
+    store = str(tmp_path_factory.mktemp("ui_synth") / "store")
+    with open_store(store) as s:
+        s.init_schema()
+        cfg = SynthConfig(
+            ranks=32,
+            steps=12,
+            faults=("slow:rank=12,factor=3,from_step=5",),
+            seed=3,
+            run_id="synth-ui",
+        )
+        write_synthetic(s, cfg)
+        findings = [
+            {"kind": f.kind, "culprit_rank": f.culprit_rank}
+            for f in analyze(s, "synth-ui").findings
+        ]
+    assert straggler_of(findings) == 12
+    return StoredRun(store, "synth-ui", 32, 12, 12)
 
 
 def decode(value):

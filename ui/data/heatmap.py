@@ -193,7 +193,7 @@ def _assemble(metric, cells, ranks, rb, sb, s_lo, s_hi, culprits) -> Heatmap:
             ("ws", "worst_step"),
         ):
             grids[key][i[keep], j[keep]] = cells[col].to_numpy(float)[keep]
-    rows = [ranks[(ranks["pos"] // rb) == r] for r in range(n_rows)]
+    labels, members = row_groups(ranks, rb, n_rows)
     row_of = {int(rk): int(p // rb) for rk, p in zip(ranks["rank"], ranks["pos"], strict=True)}
     return Heatmap(
         metric=metric,
@@ -201,8 +201,8 @@ def _assemble(metric, cells, ranks, rb, sb, s_lo, s_hi, culprits) -> Heatmap:
         vmean_ms=grids["vmean"] / 1e6,
         worst_rank=np.nan_to_num(grids["wr"], nan=-1).astype(int),
         worst_step=np.nan_to_num(grids["ws"], nan=-1).astype(int),
-        row_labels=[bin_label(b) for b in rows],
-        row_ranks=[[int(x) for x in b["rank"]] for b in rows],
+        row_labels=labels,
+        row_ranks=members,
         col_steps=[s_lo + j * sb for j in range(n_cols)],
         rank_bin=rb,
         step_bin=sb,
@@ -210,6 +210,17 @@ def _assemble(metric, cells, ranks, rb, sb, s_lo, s_hi, culprits) -> Heatmap:
         step_hi=s_hi,
         culprit_rows={c: row_of[c] for c in culprits if c in row_of},
     )
+
+
+def row_groups(ranks: pd.DataFrame, rb: int, n_rows: int) -> tuple[list[str], list[list[int]]]:
+    """Each row's label (see :func:`bin_label`) and ranks, for ranks sorted by ``pos``
+    and ``rb`` positions per row (one pass over the ranks)."""
+    labels, members = ["(no ranks)"] * n_rows, [[] for _ in range(n_rows)]
+    for row, group in ranks.groupby(ranks["pos"] // rb, sort=True):
+        if 0 <= int(row) < n_rows:
+            labels[int(row)] = bin_label(group)
+            members[int(row)] = [int(x) for x in group["rank"]]
+    return labels, members
 
 
 def bin_label(ranks: pd.DataFrame) -> str:

@@ -43,6 +43,14 @@ GROUP BY host, device, port, counter, tbin
 ORDER BY host, device, port, counter, tbin
 """
 
+HOST = f"""
+SELECT host, intDiv(ts_ns - %(t0)s, %(bin)s) AS tbin, min(ts_ns) AS ts, avg(cpu_pct) AS cpu,
+       avg(load1) AS load, max(mem_used_bytes) AS mem_used, max(mem_total_bytes) AS mem_total
+FROM host_samples WHERE {_WHERE}
+GROUP BY host, tbin
+ORDER BY host, tbin
+"""
+
 NIC_COUNTERS = (
     "port_xmit_data",
     "port_rcv_data",
@@ -69,20 +77,22 @@ SELECT step, min(start_ns) AS t_start FROM steps WHERE {RUN} GROUP BY step ORDER
 class HostSeries:
     """Collector data for a run's hosts: ``gpu`` (per host, gpu_index, time bin),
     ``events`` (XID / GPU lost), ``nic`` (per host, device, port, counter, time bin),
-    ``steps`` (step -> start ns, for the overlay). ``available`` is False when the store
+    ``host`` (CPU %, load, memory per host and time bin), ``steps`` (step -> start ns,
+    for the overlay). ``available`` is False when the store
     has no collector tables; times are ns."""
 
     available: bool
     gpu: pd.DataFrame
     events: pd.DataFrame
     nic: pd.DataFrame
+    host: pd.DataFrame
     steps: pd.DataFrame
     t0: int
 
     @property
     def empty(self) -> bool:
         """True when no collector wrote anything for these hosts in the run's span."""
-        return self.gpu.empty and self.events.empty and self.nic.empty
+        return self.gpu.empty and self.events.empty and self.nic.empty and self.host.empty
 
 
 def load_hosts(store: Store, run: RunView, points: int = 400, pad_s: float = 60.0) -> HostSeries:
@@ -93,7 +103,7 @@ def load_hosts(store: Store, run: RunView, points: int = 400, pad_s: float = 60.
     hosts = tuple(sorted(set(run.ranks["host"].astype(str)))) if len(run.ranks) else ()
     empty = pd.DataFrame()
     if not hosts or span.empty or int(span["n"].iloc[0]) == 0:
-        return HostSeries(True, empty, empty, empty, empty, 0)
+        return HostSeries(True, empty, empty, empty, empty, empty, 0)
     t0 = int(span["t0"].iloc[0] - pad_s * 1e9)
     t1 = int(span["t1"].iloc[0] + pad_s * 1e9)
     p = {
@@ -106,8 +116,9 @@ def load_hosts(store: Store, run: RunView, points: int = 400, pad_s: float = 60.
     try:
         gpu, events = store.query(GPU, p), store.query(EVENTS, p)
         nic = store.query(NIC, {**p, "counters": NIC_COUNTERS})
+        host = store.query(HOST, p)
     except StoreError as exc:
         if missing_table(exc):
-            return HostSeries(False, empty, empty, empty, empty, t0)
+            return HostSeries(False, empty, empty, empty, empty, empty, t0)
         raise
-    return HostSeries(True, gpu, events, nic, store.query(STEP_EDGES, run.params), t0)
+    return HostSeries(True, gpu, events, nic, host, store.query(STEP_EDGES, run.params), t0)

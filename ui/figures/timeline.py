@@ -14,6 +14,7 @@ PHASE_COLORS = {
     "backward": "#ff7f0e",
     "optimizer": "#2ca02c",
     "checkpoint": "#9467bd",
+    "gc": "#e377c2",
 }
 COLLECTIVE_COLOR = "#7f7f7f"
 P2P_COLOR = "#17becf"

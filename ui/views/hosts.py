@@ -25,10 +25,15 @@ def render(ctx: PageContext) -> None:
         )
         return
     st.plotly_chart(
-        hosts_figure(data.gpu, data.nic, data.steps, data.t0), width="stretch", key="hosts_chart"
+        hosts_figure(data.gpu, data.nic, data.host, data.steps, data.t0),
+        width="stretch",
+        key="hosts_chart",
     )
     st.subheader("Throttle reasons and ECC")
-    st.dataframe(throttle_table(data.gpu), hide_index=True, width="stretch")
+    if data.gpu.empty:
+        st.caption("No GPU samples (no NVML on these hosts, or no GPU collector running).")
+    else:
+        st.dataframe(throttle_table(data.gpu), hide_index=True, width="stretch")
     st.subheader("XID and GPU-lost events")
     if data.events.empty:
         st.caption("None during the run.")

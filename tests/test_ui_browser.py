@@ -1,0 +1,174 @@
+"""The web UI in a real headless Chromium (Debian's package, driven by Playwright):
+`ranksight ui` serves the demo run; every page is opened and drawn, the heatmap and
+timeline hold every rank, a click on the heatmap selects a rank and step, the overview
+leads to a finding's evidence and on to its timeline. Screenshots of each page go to
+``$RANKSIGHT_TEST_ARTIFACTS`` (default ``tests/artifacts/ui``)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from tests.ui_stores import demo_run
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = os.environ.get("RANKSIGHT_TEST_ARTIFACTS") or os.path.join(
+    os.path.dirname(__file__), "artifacts", "ui"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"ranksight ui exited with {proc.returncode}"
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"ranksight ui did not answer at {url} within {timeout_s:.0f} s")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """`ranksight ui` on the demo store, on a free loopback port: (base URL, run)."""
+    run = demo_run(tmp_path_factory)
+    port = free_port()
+    cmd = [sys.executable, "-m", "ranksight.cli", "ui", "--store", run.store, "--port", str(port)]
+    log = open(tmp_path_factory.mktemp("ui_log") / "ui.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base, proc)
+        yield base, run
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    assert os.path.exists(CHROMIUM), f"{CHROMIUM} missing: apt-get install chromium"
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        yield b
+        b.close()
+
+
+def settle(page) -> None:
+    """Wait until the app finished its script run (no 'running' status widget)."""
+    page.wait_for_selector("[data-testid=stApp]", timeout=60_000)
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=90_000
+    )
+    page.wait_for_timeout(500)
+
+
+def open_page(browser, base: str, query: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{base}/?{query}")
+    settle(page)
+    return page
+
+
+def plot(page, n: int = 0):
+    """The n-th Plotly graph div, once drawn."""
+    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+    return page.locator(".js-plotly-plot").nth(n)
+
+
+def shot(page, name: str) -> None:
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    page.screenshot(path=os.path.join(ARTIFACTS, f"{name}.png"), full_page=True)
+
+
+def test_every_page_draws_in_chromium(server, browser):
+    base, run = server
+    for name in ("runs", "overview", "heatmap", "timeline", "mesh", "hang", "hosts"):
+        page = open_page(browser, base, f"page={name}&run={run.run_id}")
+        assert not page.locator("[data-testid=stException]").count(), name
+        if name in ("overview", "heatmap", "timeline", "mesh"):
+            plot(page)
+        shot(page, name)
+        page.close()
+
+
+def test_heatmap_and_timeline_hold_every_rank(server, browser):
+    base, run = server
+    page = open_page(browser, base, f"page=heatmap&run={run.run_id}")
+    rows = plot(page).evaluate("g => g.data[0].z.length")
+    cols = plot(page).evaluate("g => g.data[0].z[0].length")
+    assert (rows, cols) == (run.world, run.steps)
+    assert page.locator(".js-plotly-plot .heatmaplayer image, .js-plotly-plot .hm").count() >= 1
+    page.close()
+    page = open_page(browser, base, f"page=timeline&run={run.run_id}&step=6")
+    ranks = plot(page).evaluate("g => g.layout.yaxis.categoryarray.length")
+    drawn = page.locator(".js-plotly-plot .barlayer .point").count()
+    assert ranks == run.world and drawn > run.world * 4  # phases and collectives of each rank
+    page.close()
+
+
+def test_click_on_the_heatmap_selects_a_rank_and_step(server, browser):
+    base, run = server
+    page = open_page(browser, base, f"page=heatmap&run={run.run_id}&order=rank")
+    box = page.locator(".js-plotly-plot .nsewdrag").first.bounding_box()
+    # the cell of rank 5 (row 5 of 8, top down) at the last step
+    page.mouse.click(
+        box["x"] + box["width"] * (run.steps - 0.5) / run.steps,
+        box["y"] + box["height"] * 5.5 / run.world,
+    )
+    page.wait_for_url("**rank=5**", timeout=30_000)
+    settle(page)
+    assert f"step={run.steps - 1}" in page.url
+    assert page.get_by_text("Selected:").count() == 1
+    page.close()
+
+
+def test_overview_leads_to_a_findings_evidence_and_its_timeline(server, browser):
+    base, run = server
+    page = open_page(browser, base, f"page=overview&run={run.run_id}")
+    plot(page)
+    card = page.locator("[data-testid=stVerticalBlockBorderWrapper]").filter(
+        has_text=f"straggler: rank {run.culprit}"
+    )
+    card.get_by_role("button", name="Evidence").click()
+    page.wait_for_url("**finding=**", timeout=30_000)
+    settle(page)
+    page.get_by_text(f"Evidence for rank {run.culprit}").wait_for(timeout=30_000)
+    assert page.get_by_text("peers ms (median)").count() >= 1
+    shot(page, "finding")
+    card = page.locator("[data-testid=stVerticalBlockBorderWrapper]").filter(
+        has_text=f"straggler: rank {run.culprit}"
+    )
+    card.get_by_role("button", name="Timeline").click()
+    page.wait_for_url("**page=timeline**", timeout=30_000)
+    settle(page)
+    assert plot(page).evaluate("g => g.layout.yaxis.categoryarray.length") == run.world
+    assert f"rank={run.culprit}" in page.url
+    page.close()
