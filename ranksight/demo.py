@@ -165,6 +165,11 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
             f"\nre-print: ranksight report --run {run_id}"
             + (f" --store {store_url}" if cfg.store else "")
         )
+        console.print(
+            "see it in the browser: ranksight ui"
+            + (f" --store {store_url}" if cfg.store else "")
+            + f" --run {run_id}"
+        )
     return 1 if rc not in (0, HUNG) else rep.exit_code(analysis)
 
 
