@@ -11,6 +11,14 @@ if ! command -v clickhouse-server >/dev/null && [ ! -x /usr/sbin/clickhouse-serv
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clickhouse-server >/dev/null
 fi
 
+# Debian's Chromium for the web UI's browser test (Playwright drives the system binary;
+# it cannot download its own browsers here)
+if [ ! -x /usr/bin/chromium ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+
 python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q -e '.[test]'
 
