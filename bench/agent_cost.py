@@ -77,6 +77,7 @@ def measure(store, config, seconds: float, replay_gpus: int = 0, settle_s: float
     from ranksight.agent.collect import Collection
 
     idle = cpu_window(seconds)
+    rss0 = psutil.Process().memory_info().rss / 2**20
     collection = Collection(store, config, collectors(config, replay_gpus))
     collection.start()
     time.sleep(settle_s)  # imports, NVML init, first samples
@@ -87,6 +88,8 @@ def measure(store, config, seconds: float, replay_gpus: int = 0, settle_s: float
         "idle_cpu_pct": idle,
         "collectors_cpu_pct": busy,
         "rss_mb": rss,
+        "rss_before_mb": rss0,
+        "heavy_imports": [m for m in ("torch", "chdb", "pandas", "pyarrow") if m in sys.modules],
         "states": dict(collection.state),
         "errors": dict(collection.errors),
         "rows_inserted": collection.sink.inserted,
@@ -101,7 +104,9 @@ def report(result: dict, label: str) -> None:
     print(
         f"   collectors alone      : {result['collectors_cpu_pct'] - result['idle_cpu_pct']:6.2f} % of one core"
     )
-    print(f"   RSS                   : {result['rss_mb']:6.1f} MB")
+    print(f"   RSS                   : {result['rss_mb']:6.1f} MB "
+          f"({result['rss_before_mb']:.1f} MB before the collectors started; "
+          f"process imports {', '.join(result['heavy_imports'])})")  # fmt: skip
     print(f"   collectors            : {result['states']}  errors {result['errors']}")
     print(f"   rows inserted         : {result['rows_inserted']}")
 
