@@ -79,7 +79,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("slow", "slow:rank=5,factor=3,from_step=4", quick=True),
     Scenario("slow_link-tp", "slow_link:rank=2,delay_ms=20,group=tp,from_step=4"),
     Scenario("slow_link-dp", "slow_link:rank=1,delay_ms=200,group=dp,from_step=4"),
-    Scenario("slow_link-pp", "slow_link:rank=2,delay_ms=40,group=pp,from_step=4"),
+    Scenario("slow_link-pp", "slow_link:rank=2,delay_ms=100,group=pp,from_step=4"),
     Scenario("hang", "hang:rank=3,from_step=5"),
     Scenario("crash", "crash:rank=6,from_step=5", quick=True),
     Scenario("desync-skip", "desync:rank=7,mode=skip,from_step=5"),

@@ -4,10 +4,10 @@ Per scenario: start a node agent, launch the reference trainer (8 gloo ranks, ho
 the scenario's fault) and every ``poll_s`` seconds run ``analyze(store, run, save=False)``,
 noting when a finding that matches the ground truth first appears (seconds after the
 fault took effect, as the injector printed it in the job's log, and steps completed since
-its first step). A job that is still running ``grace_s`` after detection, or
-``hang_timeout_s`` after the fault took effect, is stopped (a hang never ends by itself;
-gloo's own timeout is 30 minutes); every job is stopped at ``timeout_s``. Then the agent
-drains, the run is analyzed once more (findings stored), and scored.
+its first step). A job that completes no step for ``grace_s`` after detection, or for
+``hang_timeout_s`` at all, is stopped (a hang never ends by itself; gloo's own timeout is
+30 minutes); every job is stopped at ``timeout_s``; the others run to their end. Then the
+agent drains, the run is analyzed once more (findings stored), and scored.
 
 Run one matrix at a time on a shared machine: ``flock /tmp/ranksight-cpu.lock ranksight
 faultmatrix`` (8 ranks on few cores; two jobs at once would distort each other's timing).
@@ -43,9 +43,9 @@ class MatrixConfig:
     poll_s: float = 3.0
     """Seconds between analyses while a job runs."""
     grace_s: float = 6.0
-    """A job still running this long after detection is stopped."""
+    """A job that completed no step for this long after detection is stopped."""
     hang_timeout_s: float = 90.0
-    """A job still running this long after its fault took effect is stopped."""
+    """A job that completed no step for this long is stopped."""
     timeout_s: float = 300.0
     """Any job is stopped after this long."""
 
@@ -87,6 +87,9 @@ class _Watch:
 
     first_hit_ns: int | None = None
     hit_step: int | None = None
+    last_step: int | None = None
+    progress_ns: int = field(default_factory=time.time_ns)
+    """When a new step was last seen in the store (or the job started)."""
     polls: int = 0
     stopped: str = ""
     extra: dict = field(default_factory=dict)
@@ -95,7 +98,8 @@ class _Watch:
 def _onset(log_path: str) -> tuple[int | None, int | None]:
     """(time_ns, step) the fault first took effect, from the injectors' log lines."""
     try:
-        text = open(log_path, errors="replace").read()
+        with open(log_path, errors="replace") as f:
+            text = f.read()
     except OSError:
         return None, None
     hits = [(int(t), int(s)) for s, t in _FAULT_LINE.findall(text)]
@@ -116,32 +120,36 @@ def _findings(analysis) -> list[dict]:
 def _poll(store, run_id: str, e: Expectation, w: _Watch) -> None:
     from ranksight.analyzer import UnknownRun, analyze
 
+    step = _max_step(store, run_id)
+    if step is not None and step != w.last_step:
+        w.last_step, w.progress_ns = step, time.time_ns()
     try:
         found = _findings(analyze(store, run_id, save=False))
     except UnknownRun:
         return
     w.polls += 1
     if w.first_hit_ns is None and any(matches(f, e) for f in found):
-        w.first_hit_ns, w.hit_step = time.time_ns(), _max_step(store, run_id)
+        w.first_hit_ns, w.hit_step = time.time_ns(), w.last_step
 
 
-def _should_stop(cfg: MatrixConfig, t0: float, onset_ns: int | None, w: _Watch) -> str:
+def _should_stop(cfg: MatrixConfig, t0: float, w: _Watch) -> str:
     now = time.time_ns()
+    stalled_s = (now - w.progress_ns) / 1e9
     if time.monotonic() - t0 > cfg.timeout_s:
         return f"stopped at the {cfg.timeout_s:.0f} s timeout"
-    if w.first_hit_ns is not None and now - w.first_hit_ns > cfg.grace_s * 1e9:
-        return "stopped after detection"
-    if onset_ns is not None and now - onset_ns > cfg.hang_timeout_s * 1e9:
-        return f"stopped {cfg.hang_timeout_s:.0f} s after the fault"
+    if w.first_hit_ns is not None and min(stalled_s, (now - w.first_hit_ns) / 1e9) > cfg.grace_s:
+        return f"stopped {stalled_s:.0f} s after its last step (detected)"
+    if stalled_s > cfg.hang_timeout_s:
+        return f"stopped {stalled_s:.0f} s after its last step"
     return ""
 
 
-def _watch(cfg, job: subprocess.Popen, store, run_id, e, log_path) -> _Watch:
+def _watch(cfg: MatrixConfig, job: subprocess.Popen, store, run_id: str, e: Expectation) -> _Watch:
     w, t0 = _Watch(), time.monotonic()
     while job.poll() is None:
         time.sleep(cfg.poll_s)
         _poll(store, run_id, e, w)
-        w.stopped = _should_stop(cfg, t0, _onset(log_path)[0], w)
+        w.stopped = _should_stop(cfg, t0, w)
         if w.stopped:
             launch.stop(job, wait_s=20.0)
             break
@@ -178,7 +186,7 @@ def run_scenario(cfg: MatrixConfig, store, store_url: str, sc: Scenario) -> Row:
         with open(log_path, "w") as log:
             cmd = launch.trainer_cmd(**SHAPE, steps=sc.steps, run_id=run_id, inject=[sc.inject])
             job = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-            w = _watch(cfg, job, store, run_id, e0, log_path)
+            w = _watch(cfg, job, store, run_id, e0)
         row.job_rc = job.returncode
     finally:
         launch.stop(agent)

@@ -61,7 +61,7 @@ class FaultRuntime:
             members = group_members(spec, self.shape)
             if self.rank in members:
                 mode = SlowLink(spec=spec, clock=self.clock, members=members)
-                mode.patch_async_waits()
+                mode.patch_waits()
                 mode.__enter__()
                 self._below.append(mode)
                 self.injectors.append(mode)

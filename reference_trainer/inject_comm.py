@@ -22,12 +22,13 @@ first and its ``func(*args)`` passes the op down to the modes entered before it.
     :class:`SlowLink` patches them before the hooks wrap them, so the hooks time the
     delay): the wait returns ``delay_ms`` after the transfer is done;
   * c10d collectives (FSDP2's DP gradient all_reduce, issued in ``perform_reduce_grad``
-    outside every phase) and sends (``group=pp``: only the sends of ``rank``, to its
-    pipeline neighbours): the issue is held ``delay_ms``; the hooks' enqueue time was
-    taken before, their completion time (the Work's future) comes after.
-
-  A simplification: the issuing thread sleeps for held sends and c10d ops, where a real
-  slow NIC would let it go on.
+    outside every phase): the issue is held ``delay_ms``; the hooks' enqueue time was
+    taken before, their completion time (the Work's future) comes after. A
+    simplification: the issuing thread sleeps, where a real slow NIC would let it go on.
+  * ``group=pp``, the link out of ``rank``: its pipeline neighbours install the mode and
+    count the recvs they post from ``rank``; ``Work.wait`` (patched before the hooks wrap
+    it) returns ``delay_ms`` after the transfer for each of them. ``rank`` itself sends
+    on time and goes on, as over a slow NIC.
 
 - :class:`Desync` wraps ``funcol.all_reduce`` (what DTensor's TP calls) *after* the
   hooks attach, so it sits *over* them, whether they record at the Python API or in a
@@ -73,12 +74,14 @@ _COLLECTIVE_C10D = {
 
 
 def group_members(spec: FaultSpec, shape: dict[str, int]) -> frozenset[int]:
-    """Global ranks of ``spec.rank``'s ``spec.link_group`` group: its TP group (same dp,
-    pp), DP group (same pp, tp), or for ``pp`` the rank itself (only it sends late)."""
+    """Global ranks that install a :class:`SlowLink` for ``spec``: ``spec.rank``'s TP group
+    (same dp, pp) or DP group (same pp, tp); for ``pp`` its pipeline neighbours (same dp,
+    tp, stage one up or down), the receivers of its sends."""
     c = coords_of(spec.rank, shape)
     axis = spec.link_group
     if axis == "pp":
-        return frozenset({spec.rank})
+        near = [c["pp"] + d for d in (-1, 1) if 0 <= c["pp"] + d < shape["pp"]]
+        return frozenset(rank_of({**c, "pp": p}, shape) for p in near)
     return frozenset(rank_of({**c, axis: i}, shape) for i in range(shape[axis]))
 
 
@@ -136,6 +139,8 @@ class SlowLink(TorchDispatchMode):
     """Total seconds held so far."""
     _slow: set[int] = field(default_factory=set)
     """Storage keys of issued functional collectives of the group not yet waited on."""
+    _recvs: int = 0
+    """Recvs posted from the slow sender (``pp``) whose wait is not yet held."""
     _undo: list[Callable[[], None]] = field(default_factory=list)
     _told: bool = False
 
@@ -170,6 +175,10 @@ class SlowLink(TorchDispatchMode):
         if ns not in ("c10d", "_c10d_functional") or not self._on():
             return func(*args, **kwargs)
         delay = self.spec.delay_ms / 1e3
+        if ns == "c10d" and self.spec.link_group == "pp":
+            if name == "recv_" and self._peer(func, args, kwargs) == self.spec.rank:
+                self._recvs += 1
+            return func(*args, **kwargs)
         if ns == "c10d" and self._targets_c10d(func, name, args, kwargs):
             self._hold(delay, f"held {name} {self.spec.delay_ms} ms")
             return func(*args, **kwargs)
@@ -186,12 +195,18 @@ class SlowLink(TorchDispatchMode):
         return out
 
     def _targets_c10d(self, func, name: str, args, kwargs) -> bool:
-        if self.spec.link_group == "pp":
-            return name == "send"
         return name in _COLLECTIVE_C10D and set(op_ranks(func, args, kwargs) or ()) == self.members
 
-    def patch_async_waits(self) -> None:
-        """Hold ``AsyncCollectiveTensor`` waits too; call before the hooks attach."""
+    @staticmethod
+    def _peer(func, args, kwargs) -> int:
+        """Global rank of a recv's source (``c10d.recv_(tensors, group, src, tag)``)."""
+        ranks = op_ranks(func, args, kwargs) or ()
+        src = next((a for a in args if isinstance(a, int)), -1)
+        return ranks[src] if 0 <= src < len(ranks) else -1
+
+    def patch_waits(self) -> None:
+        """Hold ``AsyncCollectiveTensor`` waits, and (``pp``) ``Work.wait`` of recvs from
+        the slow sender; call before the hooks attach, so their wrappers time the hold."""
         from torch.distributed._functional_collectives import AsyncCollectiveTensor as ACT
 
         originals = {"trigger_wait": ACT.trigger_wait, "wait": ACT.wait}
@@ -207,6 +222,22 @@ class SlowLink(TorchDispatchMode):
         for name, fn in originals.items():
             setattr(ACT, name, held(fn))
         self._undo.append(lambda: [setattr(ACT, n, f) for n, f in originals.items()])
+        if self.spec.link_group == "pp":
+            self._patch_work_wait()
+
+    def _patch_work_wait(self) -> None:
+        work_cls = torch._C._distributed_c10d.Work
+        original = work_cls.wait
+
+        def wait(work, *a, **k):
+            out = original(work, *a, **k)
+            if self._recvs > 0:
+                self._recvs -= 1
+                self._hold(self.spec.delay_ms / 1e3, "recv from the slow sender completes late")
+            return out
+
+        work_cls.wait = wait
+        self._undo.append(lambda: setattr(work_cls, "wait", original))
 
     def unpatch(self) -> None:
         """Undo :meth:`patch_async_waits`."""

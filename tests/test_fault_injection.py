@@ -84,7 +84,12 @@ def test_slow_link_groups_follow_the_layout():
 
     assert members("slow_link:rank=2,delay_ms=1,group=tp") == [2, 3]
     assert members("slow_link:rank=2,delay_ms=1,group=dp") == [2, 6]
-    assert members("slow_link:rank=2,delay_ms=1,group=pp") == [2]
+    assert members("slow_link:rank=2,delay_ms=1,group=pp") == [0]  # its receivers
+    deep = {"dp": 1, "tp": 2, "pp": 4}
+    assert sorted(group_members(parse_fault("slow_link:rank=3,delay_ms=1,group=pp"), deep)) == [
+        1,
+        5,
+    ]
 
 
 class _Stage:
