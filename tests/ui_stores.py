@@ -27,7 +27,7 @@ class StoredRun:
     world: int
     steps: int
     culprit: int
-    """The rank the run's straggler finding names."""
+    """The rank the run's strongest straggler finding names."""
 
 
 def _once(name: str, make) -> StoredRun:
@@ -45,10 +45,13 @@ def _once(name: str, make) -> StoredRun:
 
 
 def straggler_of(findings: list[dict]) -> int:
-    """The culprit rank of the one straggler finding (fails if there is not exactly one)."""
-    ranks = [f["culprit_rank"] for f in findings if f["kind"] == "straggler"]
-    assert len(ranks) == 1, findings
-    return int(ranks[0])
+    """The culprit rank of the straggler finding with the largest impact (the analyzer
+    may add weaker findings on a noisy shared machine; the UI shows whatever is stored)."""
+    ranked = sorted(
+        (f for f in findings if f["kind"] == "straggler"), key=lambda f: -f["impact_pct"]
+    )
+    assert ranked, [(f["kind"], f["culprit_rank"]) for f in findings]
+    return int(ranked[0]["culprit_rank"])
 
 
 def demo_run(tmp_path_factory) -> StoredRun:
@@ -102,7 +105,7 @@ def _make_synthetic(tmp_path_factory) -> StoredRun:
         )
         write_synthetic(s, cfg)
         findings = [
-            {"kind": f.kind, "culprit_rank": f.culprit_rank}
+            {"kind": f.kind, "culprit_rank": f.culprit_rank, "impact_pct": f.impact_pct}
             for f in analyze(s, "synth-ui").findings
         ]
     assert straggler_of(findings) == 12
