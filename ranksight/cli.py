@@ -161,9 +161,14 @@ def agent(
     """Run the node agent: ship the local ranks' records to the store until SIGTERM/SIGINT."""
     from ranksight.agent import AgentConfig
     from ranksight.agent.command import open_agent, serve
+    from ranksight.agent.commands import parse_collectors, start_collection
     from ranksight.store import StoreError
     from ranksight.trainer_hooks.config import default_spool_dir
 
+    try:
+        parse_collectors(collectors)  # a usage error before anything is opened
+    except ValueError as e:
+        _fail(f"--collectors: {e}", 2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ranksight-agent %(message)s")
     try:
         cfg = AgentConfig(
@@ -179,8 +184,6 @@ def agent(
         n = a.drain()
         console.print(f"shipped {n} records ({a.stats.rejected} rejected)")
         return
-    from ranksight.agent.commands import start_collection
-
     try:
         collection = start_collection(a.store, spool or default_spool_dir(), collectors, stall_s)
     except ValueError as e:
