@@ -11,6 +11,8 @@ import typer
 
 from .collect import CollectConfig, Collection, default_data_dir, parse_collectors
 
+__all__ = ["fr_import", "parse_collectors", "stacks", "start_collection"]
+
 log = logging.getLogger("ranksight.agent")
 
 

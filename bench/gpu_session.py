@@ -105,6 +105,7 @@ def main() -> None:
         [sys.executable, "-m", "ranksight.collectors.nvml_record", os.path.join(work, "nvml_h200x2.json"),
          "--snapshots", "14", "--every", "4", "--spool", spool],
         stdout=open(os.path.join(work, "nvml_record.log"), "w"), stderr=subprocess.STDOUT,
+        cwd=work,  # not the source folder: its ranksight/ would shadow the package for -m
     )  # fmt: skip
     store = ChdbStore(a.store)  # no init_schema: its version check needs the chdb engine
     config = CollectConfig(spool_dir=spool, data_dir=work, stall_s=6.0, fr_prefixes=(fr_prefix,))

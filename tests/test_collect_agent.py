@@ -119,11 +119,13 @@ def test_frame_types_rows_by_the_schema() -> None:
 def test_agent_command_runs_collectors(tmp_path) -> None:
     store = f"chdb://{tmp_path / 'store'}"
     env = {**os.environ, "RANKSIGHT_HOME": str(tmp_path)}
-    bad = subprocess.run(
-        [sys.executable, "-m", "ranksight.cli", "agent", "--spool", str(tmp_path / "spool"), "--store", store, "--collectors", "gpu"],
-        capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
-    assert bad.returncode == 2 and "unknown collectors ['gpu']" in bad.stderr
+    from typer.testing import CliRunner
+
+    from ranksight.cli import app
+
+    args = ["agent", "--spool", str(tmp_path / "spool"), "--store", store, "--collectors", "gpu"]
+    bad = CliRunner().invoke(app, args, env=env)
+    assert bad.exit_code == 2 and "unknown collectors ['gpu']" in bad.output
     agent = subprocess.Popen(
         [sys.executable, "-m", "ranksight.cli", "agent", "--spool", str(tmp_path / "spool"), "--store", store,
          "--collectors", "host,netdev,rdma,nvml"],

@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -108,6 +109,36 @@ def test_pyspy_dumps_registered_ranks_in_parallel(ranks, tmp_path) -> None:
     groups = group_stacks(rows)
     assert [ranks for _, ranks in groups] in ([[0], [1]], [[1], [0]])
     assert "wait_for_peer" in format_stacks(rows)
+
+
+def test_stacks_command_and_ranks_found_through_the_store(ranks, tmp_path) -> None:
+    spool, procs = ranks
+    from ranksight.collectors.base import frame
+    from ranksight.store import open_store
+
+    url = f"chdb://{tmp_path / 'store'}"
+    out = subprocess.run(
+        [sys.executable, "-m", "ranksight.cli", "stacks", "--run", "run-t", "--spool", spool, "--store", url],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "wait_for_peer (tests/rank_process.py:" in out.stdout and "ranks 0 (1):" in out.stdout
+    store = open_store(url)
+    row = {
+        "run_id": "run-t",
+        "attempt": 0,
+        "rank": 1,
+        "host": socket.gethostname(),
+        "pid": procs[1][0].pid,
+    }
+    store.insert("ranks", frame("ranks", [row]))
+    rows = take_stacks(store, "run-t", spool_dir=str(tmp_path / "no-spool"))
+    assert [(r["rank"], r["ok"]) for r in rows] == [(1, 1)], "the ranks table names the pid"
+    none = subprocess.run(
+        [sys.executable, "-m", "ranksight.cli", "stacks", "--run", "run-nope", "--spool", spool, "--store", url],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert none.returncode == 1 and "has no live rank" in none.stderr
 
 
 @pytest.mark.skipif(
