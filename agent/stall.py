@@ -7,17 +7,22 @@ was appended. A rank whose process is alive and that made none for ``stall_s`` s
 stuck — in a collective whose peers never came, in a data loader, in a deadlock. The
 watcher then dumps every local rank of that run with py-spy at once (trigger
 ``no_progress``) — the stuck one and the ones waiting for it, so the odd stack out can be
-seen — once per stall: again only after the run has progressed in between.
+seen — once per stall: again only after the run has progressed in between. It also asks
+the run's ranks for a Flight Recorder dump (``trainer_hooks.flight_recorder``), which the
+``fr`` collector ingests.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
 from ranksight.collectors.base import Collector, NodeContext, Rows
 from ranksight.collectors.local_ranks import LocalRank, LocalRanks
 from ranksight.collectors.pyspy import PySpyConfig, StackTaker
+
+log = logging.getLogger("ranksight.agent.stall")
 
 
 class StallWatcher(Collector):
@@ -78,8 +83,21 @@ class StallWatcher(Collector):
         for run in sorted(stuck - self._dumped):
             self._dumped.add(run)
             mine = [lr for lr in ranks if (lr.run_id, lr.attempt) == run]
+            self._request_fr_dump(mine)
             rows.extend(self.taker.take(mine, "no_progress"))
         return {"stacks": rows}
+
+    @staticmethod
+    def _request_fr_dump(ranks: list[LocalRank]) -> None:
+        """Ask the run's ranks for a Flight Recorder dump (the hooks' writer thread writes
+        it where torch would; the ``fr`` collector ingests it)."""
+        from ranksight.trainer_hooks.flight_recorder import request_dump
+
+        for run_dir in sorted({os.path.dirname(lr.spool_path) for lr in ranks}):
+            try:
+                request_dump(run_dir)
+            except OSError as exc:
+                log.warning("cannot ask %s for a Flight Recorder dump: %s", run_dir, exc)
 
 
 HEARTBEAT = b'{"t":"progress"'

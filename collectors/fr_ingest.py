@@ -137,7 +137,11 @@ class FrCollector(Collector):
         """Files matching the prefixes now."""
         found = set()
         for prefix in self.prefixes:
-            found.update(p for p in glob.glob(glob.escape(prefix) + "*") if os.path.isfile(p))
+            found.update(
+                p
+                for p in glob.glob(glob.escape(prefix) + "*")
+                if os.path.isfile(p) and ".tmp" not in os.path.basename(p)
+            )  # a dump being written goes to a temp name first
         return sorted(found)
 
     def collect(self, now_ns: int) -> Rows:

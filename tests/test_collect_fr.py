@@ -191,6 +191,7 @@ def test_collector_takes_stable_dumps_once_and_again_when_they_change(tmp_path) 
     c = FrCollector(ctx, prefixes=(prefix,))
     c.open()
     shutil.copy(os.path.join(FR, "nccl_h200x2", "nccl_trace_rank_1.gz"), prefix + "1")
+    shutil.copy(os.path.join(FR, "nccl_h200x2", "nccl_trace_rank_0.gz"), prefix + "0.tmp4242")
     assert c.collect(1) == {}, "first sight: wait until it stops changing"
     rows = c.collect(2)
     (head,) = rows["fr_dumps"]

@@ -176,6 +176,9 @@ def test_stall_watcher_dumps_a_run_once_per_stall(ranks) -> None:
         (1, "no_progress", 1),
     ]
     assert "wait_for_peer" in rows[1]["summary"] and "wait_for_peer" not in rows[0]["summary"]
+    assert os.path.exists(os.path.join(spool, "run-t", "a0", "fr-dump-request")), (
+        "and a Flight Recorder dump"
+    )
     time.sleep(0.3)
     assert watcher.collect(3) == {"stacks": []}, "once per stall"
     open(procs[1][1] + ".move", "w").close()  # the stuck rank moves on
