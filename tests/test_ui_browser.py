@@ -122,10 +122,11 @@ def test_every_page_draws_in_chromium(server, browser):
 def test_heatmap_and_timeline_hold_every_rank(server, browser):
     base, run = server
     page = open_page(browser, base, f"page=heatmap&run={run.run_id}")
-    rows = plot(page).evaluate("g => g.data[0].z.length")
-    cols = plot(page).evaluate("g => g.data[0].z[0].length")
-    assert (rows, cols) == (run.world, run.steps)
-    assert page.locator(".js-plotly-plot .heatmaplayer image, .js-plotly-plot .hm").count() >= 1
+    rows = plot(page).evaluate("g => g._fullData[0].z.length")
+    cols = plot(page).evaluate("g => g._fullData[0].z[0].length")
+    labels = plot(page).evaluate("g => Array.from(g._fullData[1].y)")
+    assert (rows, cols) == (run.world, run.steps) and len(labels) == run.world
+    assert page.locator(".js-plotly-plot .hm image").count() == 1  # the cells are drawn
     page.close()
     page = open_page(browser, base, f"page=timeline&run={run.run_id}&step=6")
     ranks = plot(page).evaluate("g => g.layout.yaxis.categoryarray.length")
@@ -134,20 +135,38 @@ def test_heatmap_and_timeline_hold_every_rank(server, browser):
     page.close()
 
 
-def test_click_on_the_heatmap_selects_a_rank_and_step(server, browser):
+def click_bar(page, trace: int, point: int) -> None:
+    """A real mouse click on bar ``point`` of bar trace ``trace`` (Plotly's drag layer
+    takes the events, as it does for a user)."""
+    plot(page)
+    box = (
+        page.locator(".js-plotly-plot .barlayer .trace")
+        .nth(trace)
+        .locator(".point")
+        .nth(point)
+        .bounding_box()
+    )
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] - 2)
+
+
+def test_clicks_on_the_heatmap_strips_select_a_rank_and_a_step(server, browser):
     base, run = server
     page = open_page(browser, base, f"page=heatmap&run={run.run_id}&order=rank")
-    box = page.locator(".js-plotly-plot .nsewdrag").first.bounding_box()
-    # the cell of rank 5 (row 5 of 8, top down) at the last step
-    page.mouse.click(
-        box["x"] + box["width"] * (run.steps - 0.5) / run.steps,
-        box["y"] + box["height"] * 5.5 / run.world,
-    )
-    page.wait_for_url("**rank=5**", timeout=30_000)
+    click_bar(page, 0, run.culprit)  # rank strip, rows in rank order
+    page.wait_for_url(f"**rank={run.culprit}**", timeout=30_000)
     settle(page)
-    assert f"step={run.steps - 1}" in page.url
-    assert page.get_by_text("Selected:").count() == 1
+    click_bar(page, 1, run.steps - 2)  # step strip
+    page.wait_for_url(f"**step={run.steps - 2}**", timeout=30_000)
+    settle(page)
+    page.get_by_text(f"rank {run.culprit} (host").wait_for(timeout=30_000)
+    assert page.get_by_text("a culprit").count() == 1
     page.close()
+
+
+def finding_index(page, rank: int) -> int:
+    """Position on the overview of the straggler finding naming ``rank``."""
+    heads = page.get_by_text(": rank ", exact=False).filter(has_text=", impact").all_inner_texts()
+    return next(i for i, h in enumerate(heads) if f"straggler: rank {rank}," in h)
 
 
 def test_overview_leads_to_a_findings_evidence_and_its_timeline(server, browser):

@@ -1,96 +1,122 @@
-"""The rank x step heatmap figure: culprits marked, hover gives the numbers."""
+"""The rank x step heatmap figure: a rank strip on the left and a step strip below (click
+a bar to select that rank or step), culprits in red, hover gives the numbers."""
 
 from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from ranksight.ui.data.heatmap import METRICS, Heatmap
 
 CULPRIT = "#d62728"
+STRIP = "#8c8c8c"
+HEATMAP, RANK_STRIP, STEP_STRIP = 0, 1, 2
+"""Trace numbers (a click's ``curve_number``)."""
 
 
 def heatmap_figure(
     h: Heatmap, selected_rank: int | None = None, selected_step: int | None = None
 ) -> go.Figure:
-    """Rows are rank bins (top: first in the order), columns step bins; color is the
-    largest value in the cell (ms). Culprit rows get a red marker and label on the left;
-    the selected rank and step are outlined. Trace 0 is the heatmap (its ``y`` has one
-    entry per row), trace 1 the culprit markers."""
+    """Rows are rank bins (top: first in the order; ``y`` = row labels), columns step
+    bins; color is the largest value in the cell (ms). Trace 0 is the heatmap, trace 1
+    the rank strip (per row: mean over steps; customdata: the row's slowest rank), trace
+    2 the step strip (per column: largest over ranks; customdata: first step). Culprit
+    rows are red in the strip and labelled "culprit"; the selection is outlined."""
     rows, cols = h.shape
-    x = np.array(h.col_steps)
-    y = np.arange(rows)
-    custom = np.dstack([h.vmean_ms, h.worst_rank, h.worst_step]).astype(float)
-    step_txt = "step %{x}" if h.step_bin == 1 else f"steps %{{x}}..%{{x}}+{h.step_bin - 1}"
-    fig = go.Figure(
-        go.Heatmap(
-            z=h.vmax_ms,
-            x=x,
-            y=y,
-            customdata=custom,
-            colorscale="Viridis",
-            colorbar={"title": {"text": "ms"}},
-            hovertemplate=(
-                "%{text}<br>" + step_txt + "<br>max %{z:.1f} ms, mean %{customdata[0]:.1f} ms"
-                "<br>largest: rank %{customdata[1]}, step %{customdata[2]}<extra></extra>"
-            ),
-            text=np.repeat(np.array(h.row_labels, dtype=object)[:, None], cols, axis=1),
-            xgap=0 if cols > 100 else 1,
-            ygap=0 if rows > 100 else 1,
-        )
+    labels = list(h.row_labels)
+    fig = make_subplots(
+        rows=2,
+        cols=2,
+        shared_yaxes=True,
+        shared_xaxes=True,
+        column_widths=[0.1, 0.9],
+        row_heights=[0.86, 0.14],
+        horizontal_spacing=0.005,
+        vertical_spacing=0.02,
     )
-    _mark_culprits(fig, h)
-    _mark_selection(fig, h, selected_rank, selected_step)
+    fig.add_trace(_cells(h, labels), row=1, col=2)
+    fig.add_trace(_rank_strip(h, labels), row=1, col=1)
+    fig.add_trace(_step_strip(h), row=2, col=2)
+    _mark_selection(fig, h, labels, selected_rank, selected_step)
+    every = 1 if rows <= 64 else max(1, rows // 32)
+    fig.update_yaxes(
+        autorange="reversed",
+        type="category",
+        categoryorder="array",
+        categoryarray=labels,
+        tickmode="array",
+        tickvals=labels[::every],
+        ticktext=_tick_text(h)[::every],
+        row=1,
+        col=1,
+    )
+    fig.update_xaxes(autorange="reversed", showticklabels=False, row=1, col=1)
+    fig.update_xaxes(title_text="step (click a bar below to select a step)", row=2, col=2)
+    fig.update_yaxes(showticklabels=False, row=2, col=2)
     fig.update_layout(
-        title={"text": f"{METRICS[h.metric]} per rank and step (ms)", "font": {"size": 14}},
-        height=max(320, min(900, 40 + 14 * rows)),
-        margin={"l": 10, "r": 10, "t": 40, "b": 40},
-        xaxis={"title": "step"},
-        yaxis={
-            "autorange": "reversed",
-            "tickmode": "array",
-            "tickvals": list(y) if rows <= 64 else list(y[:: max(1, rows // 32)]),
-            "ticktext": _tick_text(h)[:: 1 if rows <= 64 else max(1, rows // 32)],
+        title={
+            "text": f"{METRICS[h.metric]} per rank and step (ms); click a bar left or below to select",
+            "font": {"size": 14},
         },
+        height=max(380, min(1000, 110 + 14 * rows)),
+        margin={"l": 10, "r": 10, "t": 40, "b": 40},
+        showlegend=False,
         clickmode="event+select",
+        bargap=0.05,
     )
     return fig
 
 
-def _mark_culprits(fig: go.Figure, h: Heatmap) -> None:
-    """Red triangles just left of the first column on culprit rows (their tick labels
-    also say "culprit")."""
-    items = sorted(h.culprit_rows.items())
-    x0 = h.col_steps[0] - max(1, h.step_bin) * 0.9 if h.col_steps else 0
-    fig.add_trace(
-        go.Scatter(
-            x=[x0] * len(items),
-            y=[row for _, row in items],
-            mode="markers",
-            marker={"symbol": "triangle-right", "size": 14, "color": CULPRIT},
-            hovertemplate="culprit: rank %{customdata}<extra></extra>",
-            customdata=[rank for rank, _ in items],
-            showlegend=False,
-            name="culprits",
-        )
+def _cells(h: Heatmap, labels: list[str]) -> go.Heatmap:
+    custom = np.dstack([h.vmean_ms, h.worst_rank, h.worst_step]).astype(np.float32)
+    step_txt = "step %{x}" if h.step_bin == 1 else f"steps %{{x}}..%{{x}}+{h.step_bin - 1}"
+    rows, cols = h.shape
+    return go.Heatmap(
+        z=h.vmax_ms.astype(np.float32),
+        x=np.array(h.col_steps),
+        y=labels,
+        customdata=custom,
+        colorscale="Viridis",
+        colorbar={"title": {"text": "ms"}, "len": 0.85, "y": 0.57},
+        hovertemplate=(
+            "%{y}<br>" + step_txt + "<br>max %{z:.1f} ms, mean %{customdata[0]:.1f} ms"
+            "<br>largest: rank %{customdata[1]:.0f}, step %{customdata[2]:.0f}<extra></extra>"
+        ),
+        xgap=0 if cols > 100 else 1,
+        ygap=0 if rows > 100 else 1,
     )
 
 
-def _mark_selection(fig: go.Figure, h: Heatmap, rank: int | None, step: int | None) -> None:
-    """Outline the selected rank's row and the selected step's column."""
-    line = {"color": "white", "width": 2}
-    if rank is not None:
-        row = next((i for i, rs in enumerate(h.row_ranks) if rank in rs), None)
-        if row is not None:
-            fig.add_hrect(y0=row - 0.5, y1=row + 0.5, line=line)
-    if step is not None and h.step_lo <= step <= h.step_hi:
-        col = (step - h.step_lo) // h.step_bin
-        x0 = (
-            h.col_steps[col] - 0.5 * h.step_bin
-            if h.step_bin == 1
-            else h.col_steps[col] - h.step_bin / 2
-        )
-        fig.add_vrect(x0=x0, x1=x0 + h.step_bin, line=line)
+def _rank_strip(h: Heatmap, labels: list[str]) -> go.Bar:
+    with np.errstate(all="ignore"):
+        mean = np.nanmean(np.where(np.isnan(h.vmean_ms), np.nan, h.vmean_ms), axis=1)
+    worst_col = np.nanargmax(np.nan_to_num(h.vmax_ms, nan=-1.0), axis=1)
+    pick = h.worst_rank[np.arange(len(labels)), worst_col]
+    pick = np.where(pick >= 0, pick, [r[0] if r else -1 for r in h.row_ranks])
+    marked = set(h.culprit_rows.values())
+    colors = [CULPRIT if i in marked else STRIP for i in range(len(labels))]
+    return go.Bar(
+        orientation="h",
+        x=np.nan_to_num(mean),
+        y=labels,
+        customdata=pick,
+        marker={"color": colors},
+        hovertemplate="%{y}<br>mean %{x:.1f} ms per step<br>click: select rank %{customdata}<extra></extra>",
+    )
+
+
+def _step_strip(h: Heatmap) -> go.Bar:
+    peak = (
+        np.nanmax(np.nan_to_num(h.vmax_ms, nan=0.0), axis=0) if h.shape[0] else np.zeros(h.shape[1])
+    )
+    return go.Bar(
+        x=np.array(h.col_steps),
+        y=peak,
+        customdata=np.array(h.col_steps),
+        marker={"color": STRIP},
+        hovertemplate="step %{x}: largest %{y:.1f} ms<br>click: select this step<extra></extra>",
+    )
 
 
 def _tick_text(h: Heatmap) -> list[str]:
@@ -100,3 +126,18 @@ def _tick_text(h: Heatmap) -> list[str]:
         f'<span style="color:{CULPRIT}">culprit {label}</span>' if i in marked else label
         for i, label in enumerate(h.row_labels)
     ]
+
+
+def _mark_selection(
+    fig: go.Figure, h: Heatmap, labels: list[str], rank: int | None, step: int | None
+) -> None:
+    """Outline the selected rank's row and the selected step's column."""
+    line = {"color": "white", "width": 2}
+    if rank is not None:
+        row = next((i for i, rs in enumerate(h.row_ranks) if rank in rs), None)
+        if row is not None:
+            fig.add_hrect(y0=row - 0.5, y1=row + 0.5, line=line, row=1, col=2)
+    if step is not None and h.step_lo <= step <= h.step_hi:
+        col = (step - h.step_lo) // h.step_bin
+        x0 = h.col_steps[col] - 0.5 if h.step_bin == 1 else h.col_steps[col] - h.step_bin / 2
+        fig.add_vrect(x0=x0, x1=x0 + h.step_bin, line=line, row=1, col=2)

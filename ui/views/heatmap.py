@@ -9,7 +9,7 @@ from ranksight.ui import cache
 from ranksight.ui.context import PageContext, go, link_button
 from ranksight.ui.data.heatmap import METRICS, Heatmap
 from ranksight.ui.data.run import ORDERS
-from ranksight.ui.figures.heatmap import heatmap_figure
+from ranksight.ui.figures.heatmap import HEATMAP, RANK_STRIP, STEP_STRIP, heatmap_figure
 from ranksight.ui.guard import NoData
 
 
@@ -45,7 +45,11 @@ def render(ctx: PageContext) -> None:
     st.caption(_resolution(h, len(run.ranks)))
     fig = heatmap_figure(h, sel.rank, sel.step)
     event = st.plotly_chart(
-        fig, width="stretch", on_select="rerun", selection_mode="points", key="heatmap_chart"
+        fig,
+        width="stretch",
+        on_select="rerun",
+        selection_mode="points",
+        key=f"heatmap_chart_{sel.rank}_{sel.step}",
     )
     _follow_click(ctx, h, event)
     _selected(ctx, h)
@@ -62,32 +66,38 @@ def _resolution(h: Heatmap, world: int) -> str:
     text += f", steps {h.step_lo}..{h.step_hi} in {cols} columns" + (
         "" if h.step_bin == 1 else f" ({h.step_bin} steps each)"
     )
-    return text + ". Click a cell to select its rank and step."
+    return text + ". Click a bar of the rank strip (left) or the step strip (below) to select."
 
 
-def cell_target(h: Heatmap, x: float, y: float) -> tuple[int, int] | None:
-    """(rank, step) a click at heatmap coordinates (step x, row y) selects: the cell's
-    own rank and step when unbinned, else its largest value's; None outside."""
-    row = int(round(y))
-    if not 0 <= row < h.shape[0] or not h.col_steps:
-        return None
-    col = int((float(x) - h.step_lo) // h.step_bin)
-    if not 0 <= col < h.shape[1]:
-        return None
-    rank, step = int(h.worst_rank[row, col]), int(h.worst_step[row, col])
-    if rank < 0:
-        rank, step = h.row_ranks[row][0], h.col_steps[col]
-    return rank, step
+def click_target(h: Heatmap, point: dict) -> tuple[int | None, int | None] | None:
+    """(rank, step) a click selects (None: keep that one): a rank-strip bar gives its
+    row's slowest rank, a step-strip bar its step, a heatmap cell the rank and step of
+    its largest value. None for anything else."""
+    curve, custom = point.get("curve_number"), point.get("customdata")
+    if isinstance(custom, list):
+        custom = custom[0] if custom else None
+    if curve == RANK_STRIP and custom is not None and int(custom) >= 0:
+        return int(custom), None
+    if curve == STEP_STRIP and point.get("x") is not None:
+        return None, int(point["x"])
+    if curve == HEATMAP and point.get("y") in h.row_labels and point.get("x") is not None:
+        row = h.row_labels.index(point["y"])
+        col = int((float(point["x"]) - h.step_lo) // h.step_bin)
+        if 0 <= col < h.shape[1] and h.worst_rank[row, col] >= 0:
+            return int(h.worst_rank[row, col]), int(h.worst_step[row, col])
+    return None
 
 
 def _follow_click(ctx: PageContext, h: Heatmap, event) -> None:
     points = (event or {}).get("selection", {}).get("points", []) if event else []
     for p in points:
-        if p.get("curve_number", 0) != 0 or "x" not in p or "y" not in p:
+        target = click_target(h, p)
+        if target is None:
             continue
-        target = cell_target(h, p["x"], p["y"])
-        if target and target != (ctx.sel.rank, ctx.sel.step):
-            go(ctx.sel, rank=target[0], step=target[1])
+        rank = ctx.sel.rank if target[0] is None else target[0]
+        step = ctx.sel.step if target[1] is None else target[1]
+        if (rank, step) != (ctx.sel.rank, ctx.sel.step):
+            go(ctx.sel, rank=rank, step=step)
 
 
 def _selected(ctx: PageContext, h: Heatmap) -> None:
