@@ -134,7 +134,7 @@ def test_without_nvml_the_collector_is_unavailable() -> None:
     try:
         pynvml.nvmlInit()
         pynvml.nvmlShutdown()
-        pytest.fail("this test needs a machine without NVML (CI has none)")
+        pytest.skip("NVML is installed here: the unavailable path needs a machine without it (CI)")
     except pynvml.NVMLError:
         pass
     for collector in (NvmlCollector(NodeContext()), XidCollector(NodeContext())):
