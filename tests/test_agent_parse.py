@@ -117,3 +117,16 @@ def test_vectorized_parser_agrees_with_the_record_by_record_one(seed: int, bad: 
     assert prefix(fast.rejected) == prefix(slow.rejected)
     assert fast.count + len(fast.rejected) == len(records) - 1
     assert (len(fast.rejected) > 0) == bool(bad)
+
+
+def test_the_agent_knows_the_hooks_header_without_importing_torch() -> None:
+    import subprocess
+    import sys
+
+    from ranksight.agent.parse import HEADER_TABLE
+    from ranksight.trainer_hooks.spool import HEADER_TABLE as hooks_header
+
+    assert HEADER_TABLE == hooks_header
+    code = "import sys, ranksight.agent.agent; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

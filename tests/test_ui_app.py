@@ -16,7 +16,15 @@ from ranksight.analyzer.queries import load_findings
 from ranksight.store import open_store
 from ranksight.ui import APP_PATH
 from ranksight.ui.data.hosts import NIC_COUNTERS
-from tests.ui_stores import chart_spec, compute_ms, decode, demo_run, step_wall_ms, synthetic_run
+from tests.ui_stores import (
+    chart_spec,
+    compute_ms,
+    decode,
+    demo_run,
+    step_wall_ms,
+    straggler,
+    synthetic_run,
+)
 
 
 @pytest.fixture(params=["demo", "synthetic"])
@@ -63,16 +71,6 @@ def test_runs_page_lists_the_run(monkeypatch, stored):
         assert row["step ms"] == pytest.approx(step_wall_ms(s, stored.run_id).median(), abs=0.06)
     at.text_input[0].set_value("no-such-run").run()
     assert "No run matches" in texts(at)
-
-
-def straggler(store: str, run_id: str) -> tuple[int, dict]:
-    """(index on the overview, stored row) of the run's straggler finding; the overview
-    lists findings by impact, largest first."""
-    with open_store(store) as s:
-        rows = load_findings(s, run_id, 0).sort_values("impact_pct", ascending=False, kind="stable")
-    rows = rows.reset_index(drop=True)
-    i = int(rows.index[rows["kind"] == "straggler"][0])
-    return i, rows.iloc[i].to_dict()
 
 
 def test_overview_shows_step_time_and_the_finding_with_its_evidence(monkeypatch, stored):

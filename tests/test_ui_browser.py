@@ -163,12 +163,6 @@ def test_clicks_on_the_heatmap_strips_select_a_rank_and_a_step(server, browser):
     page.close()
 
 
-def finding_index(page, rank: int) -> int:
-    """Position on the overview of the straggler finding naming ``rank``."""
-    heads = page.get_by_text(": rank ", exact=False).filter(has_text=", impact").all_inner_texts()
-    return next(i for i, h in enumerate(heads) if f"straggler: rank {rank}," in h)
-
-
 def test_overview_leads_to_a_findings_evidence_and_its_timeline(server, browser):
     base, run = server
     page = open_page(browser, base, f"page=overview&run={run.run_id}")

@@ -146,3 +146,16 @@ def step_wall_ms(store, run_id: str):
     s = store.query("SELECT step, start_ns, end_ns FROM steps WHERE run_id = %(r)s", {"r": run_id})
     g = s.groupby("step").agg(a=("start_ns", "min"), b=("end_ns", "max"))
     return (g["b"] - g["a"]) / 1e6
+
+
+def straggler(store: str, run_id: str) -> tuple[int, dict]:
+    """(index on the overview, stored row) of the run's straggler finding; the overview
+    lists findings by impact, largest first."""
+    from ranksight.analyzer.queries import load_findings
+    from ranksight.store import open_store
+
+    with open_store(store) as s:
+        rows = load_findings(s, run_id, 0).sort_values("impact_pct", ascending=False, kind="stable")
+    rows = rows.reset_index(drop=True)
+    i = int(rows.index[rows["kind"] == "straggler"][0])
+    return i, rows.iloc[i].to_dict()
