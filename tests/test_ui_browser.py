@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from tests.ui_stores import demo_run
+from tests.ui_stores import demo_run, straggler
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
@@ -167,19 +167,14 @@ def test_overview_leads_to_a_findings_evidence_and_its_timeline(server, browser)
     base, run = server
     page = open_page(browser, base, f"page=overview&run={run.run_id}")
     plot(page)
-    card = page.locator("[data-testid=stVerticalBlockBorderWrapper]").filter(
-        has_text=f"straggler: rank {run.culprit}"
-    )
-    card.get_by_role("button", name="Evidence").click()
+    index = straggler(run.store, run.run_id)[0]  # findings are listed by impact
+    page.get_by_role("button", name="Evidence").nth(index).click()
     page.wait_for_url("**finding=**", timeout=30_000)
     settle(page)
     page.get_by_text(f"Evidence for rank {run.culprit}").wait_for(timeout=30_000)
     assert page.get_by_text("peers ms (median)").count() >= 1
     shot(page, "finding")
-    card = page.locator("[data-testid=stVerticalBlockBorderWrapper]").filter(
-        has_text=f"straggler: rank {run.culprit}"
-    )
-    card.get_by_role("button", name="Timeline").click()
+    page.get_by_role("button", name="Timeline").nth(index).click()
     page.wait_for_url("**page=timeline**", timeout=30_000)
     settle(page)
     assert plot(page).evaluate("g => g.layout.yaxis.categoryarray.length") == run.world
