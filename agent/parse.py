@@ -24,10 +24,12 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from ranksight.store import schema
-from ranksight.trainer_hooks.spool import HEADER_TABLE
 
 from .records import _INT_RANGE, ACCEPTED_TABLES, MAX_STRING, RESERVED, Batch, record_schema
 
+HEADER_TABLE = "_header"
+"""``"t"`` of a spool file's header line: ``trainer_hooks.spool.HEADER_TABLE``, repeated
+here because importing ``ranksight.trainer_hooks`` imports torch (seconds of start-up)."""
 _BASE = ("run_id", "attempt", "rank")
 
 

@@ -13,18 +13,19 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ranksight.store import Store
+from ranksight.store import Store, schema
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "paced_job.py")
-KEYS = {
-    "ranks": ("rank", "start_ns"),
-    "steps": ("rank", "step"),
-    "phases": ("rank", "step", "phase", "start_ns"),
-    "collectives": ("rank", "group_id", "group_seq", "op", "peer", "enqueue_ns"),
-    "hook_stats": ("rank", "ts_ns"),
-    "runs": ("updated_ns", "status"),
-}
-"""Columns that tell one record of each table from every other record of its run."""
+
+
+def key_columns(table: str) -> tuple[str, ...]:
+    """The columns compared per record: all but Float64 ones (NaN != NaN) and batch_id."""
+    spec = schema.table(table)
+    return tuple(c for c, t in spec.columns if t != "Float64" and c != "batch_id")
+
+
+def _default(table: str, column: str):
+    return "" if schema.table(table).type_of(column) == "String" else 0
 
 
 def child_env() -> dict:
@@ -50,21 +51,26 @@ def start_agent(spool: str, url: str, log_path: str, *extra: str) -> subprocess.
 
 
 def spool_records(spool: str, run_id: str) -> dict[str, list[tuple]]:
-    """Every record the ranks wrote for ``run_id``, as key tuples per table."""
-    out: dict[str, list[tuple]] = {t: [] for t in KEYS}
+    """Every record the ranks wrote for ``run_id``, as :func:`key_columns` tuples per
+    table (the rank's first, for tables with a rank; ``runs`` has none)."""
+    out: dict[str, list[tuple]] = {}
     for path in glob.glob(os.path.join(spool, run_id, "a*", "*.jsonl")):
         lines = Path(path).read_bytes().splitlines()
         header = json.loads(lines[0])
         for raw in lines[1:]:
             rec = {**header, **json.loads(raw)}
-            out[rec["t"]].append(tuple(rec[k] for k in KEYS[rec["t"]]))
+            t = rec["t"]
+            row = tuple(rec.get(c, _default(t, c)) for c in key_columns(t))
+            out.setdefault(t, []).append(row)
     return out
 
 
-def store_records(store: Store, run_id: str) -> dict[str, list[tuple]]:
-    """Every stored row of ``run_id``, as key tuples per table."""
+def store_records(store: Store, run_id: str, tables=None) -> dict[str, list[tuple]]:
+    """Every stored row of ``run_id`` in ``tables`` (default: every table ranks write),
+    as :func:`key_columns` tuples."""
     out = {}
-    for table, keys in KEYS.items():
+    for table in tables or ("runs", *schema.RECORD_TABLES):
+        keys = key_columns(table)
         frame = store.query(
             f"SELECT {', '.join(keys)} FROM {table} WHERE run_id = %(r)s", {"r": run_id}
         )
@@ -109,12 +115,13 @@ def assert_exactly_once(store: Store, spool: str, run_id: str, out: str, ranks: 
     written = spool_records(spool, run_id)
     stats = counters(out)
     assert sorted(stats) == list(range(ranks)), f"rank counters missing: {sorted(stats)}"
-    per_rank = Counter(k[0] for t, keys in written.items() if t != "runs" for k in keys)
-    per_rank[0] += len(written["runs"])  # rank 0 writes the run records
+    at = {t: key_columns(t).index("rank") for t in written if t != "runs"}
+    per_rank = Counter(k[at[t]] for t, keys in written.items() if t != "runs" for k in keys)
+    per_rank[0] += len(written.get("runs", []))  # rank 0 writes the run records
     for rank, s in stats.items():
         assert s["dropped"] == 0, f"rank {rank} dropped {s['dropped']} records"
         assert per_rank[rank] == s["records"], (rank, per_rank[rank], s)
-    stored = store_records(store, run_id)
+    stored = store_records(store, run_id, written)
     for table, keys in written.items():
         assert len(set(keys)) == len(keys), f"{table}: spool keys are not distinct"
         extra = Counter(stored[table]) - Counter(keys)

@@ -1,0 +1,184 @@
+"""Agent ingest throughput against the store's own ceiling, measured side by side.
+
+1. Writes a spool of ``--records`` records the way the hooks do (compact JSON lines, one
+   file per rank, a header line first): 80% collectives, 15% phases, 5% steps.
+2. Ceiling: the ClickHouse server inserts the same number of rows of the same tables,
+   generated inside it (``INSERT INTO t SELECT ... FROM numbers(n)``), no client involved.
+   chdb's own ceiling is measured the same way (``INSERT INTO FUNCTION file(..., Parquet)``).
+3. The agent: a child process builds ``Agent(spool, store)`` and drains the whole spool
+   (parse, validate, disk buffer, idempotent insert), once into the server and once into
+   a chdb folder; records/s, CPU% (user+sys over wall) and peak RSS of that process.
+
+Prints records/s and the ratio agent / server ceiling (the target is >= 0.5, and >= 1 M
+records/s where the ceiling allows). Run (needs ``clickhouse-server``)::
+
+    python bench/ingest.py [--records 1000000] [--ranks 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ranksight.store import open_store, schema
+from ranksight.store.server import start_local_server
+
+MIX = {"collectives": 0.80, "phases": 0.15, "steps": 0.05}
+T0 = 1_764_000_000_000_000_000
+
+AGENT = """
+import json, resource, sys, time
+from ranksight.agent import Agent, AgentConfig
+from ranksight.store import open_store, schema
+store = open_store(sys.argv[2]); store.init_schema()
+cfg = AgentConfig(batch_rows=int(sys.argv[3]), stats_interval_s=0, buffer_bytes=8 << 30)
+agent = Agent(sys.argv[1], store, config=cfg)
+r0, w0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+n = agent.drain(max_polls=100000)
+r1, w1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+print(json.dumps({"rows": n, "seconds": w1 - w0, "cpu_pct": 100 * cpu / (w1 - w0),
+                  "rss_mb": r1.ru_maxrss / 1024, "rejected": agent.stats.rejected}))
+"""
+
+
+def records(rank: int, n: int, rng: random.Random):
+    """``n`` hook-shaped records of one rank (all three tables, in a realistic order)."""
+    for i in range(n):
+        u = rng.random()
+        t = T0 + i * 1000 + rng.randrange(1000)
+        step = i // 2000
+        if u < MIX["collectives"]:
+            yield {"t": "collectives", "step": step, "phase": "backward", "group_id": "g3-0,1,2,3",
+                   "group_ranks": "0,1,2,3", "group_seq": i, "op": "all_reduce", "peer": -1,
+                   "dtype": "torch.bfloat16", "numel_in": 1 << 20, "numel_out": 1 << 20,
+                   "bytes": 2 << 20, "enqueue_ns": t, "start_ns": t + 10, "end_ns": t + 5000,
+                   "wait_ns": rng.randrange(5000)}  # fmt: skip
+        elif u < MIX["collectives"] + MIX["phases"]:
+            yield {"t": "phases", "step": step, "phase": "forward", "microbatch": i % 8,
+                   "stage": rank % 2, "start_ns": t, "end_ns": t + 9000,
+                   "wait_ns": rng.randrange(3000)}  # fmt: skip
+        else:
+            yield {"t": "steps", "step": i, "start_ns": t, "end_ns": t + 90000,
+                   "loss": float("nan") if rank % 2 else 2.5, "tokens": 4096, "lr": 3e-4,
+                   "rss_bytes": 1 << 30}  # fmt: skip
+
+
+def write_spool(folder: Path, total: int, ranks: int) -> int:
+    """The spool of ``total`` records over ``ranks`` files; returns its size in bytes."""
+    size = 0
+    for rank in range(ranks):
+        path = folder / "bench" / "a0" / f"rank{rank:05d}-{1000 + rank}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        header = {"t": "_header", "run_id": "bench", "attempt": 0, "rank": rank}
+        lines = [json.dumps(header)]
+        rng = random.Random(rank)
+        lines += [json.dumps(r, separators=(",", ":")) for r in records(rank, total // ranks, rng)]
+        path.write_text("\n".join(lines) + "\n")
+        size += path.stat().st_size
+    return size
+
+
+def generated(table: str, n: int) -> str:
+    """``SELECT`` of ``n`` rows shaped like the spool's, generated inside ClickHouse."""
+    run = "'bench' AS run_id, toUInt32(0) AS attempt, toUInt32(number % 8) AS rank"
+    t = f"toInt64({T0} + number * 1000)"
+    cols = {
+        "collectives": f"toInt32(intDiv(number, 2000)) AS step, 'backward' AS phase, "
+        f"'g3-0,1,2,3' AS group_id, '0,1,2,3' AS group_ranks, number AS group_seq, "
+        f"'all_reduce' AS op, toInt32(-1) AS peer, 'torch.bfloat16' AS dtype, "
+        f"toUInt64(1048576) AS numel_in, toUInt64(1048576) AS numel_out, "
+        f"toUInt64(2097152) AS bytes, {t} AS enqueue_ns, {t} + 10 AS start_ns, "
+        f"{t} + 5000 AS end_ns, toInt64(number % 5000) AS wait_ns",
+        "phases": f"toUInt32(intDiv(number, 2000)) AS step, 'forward' AS phase, "
+        f"toInt32(number % 8) AS microbatch, toInt32(number % 2) AS stage, {t} AS start_ns, "
+        f"{t} + 9000 AS end_ns, toInt64(number % 3000) AS wait_ns",
+        "steps": f"toUInt32(number) AS step, {t} AS start_ns, {t} + 90000 AS end_ns, "
+        f"2.5 AS loss, toUInt64(4096) AS tokens, 3e-4 AS lr, toUInt64(1073741824) AS rss_bytes",
+    }
+    return f"SELECT {run}, {cols[table]}, toUInt64(number + 1) AS batch_id FROM numbers({n})"
+
+
+def server_ceiling(store, total: int) -> float:
+    """Rows/s of the server inserting the mix generated inside itself."""
+    client, seconds = store._client, 0.0
+    for table, share in MIX.items():
+        names = ", ".join(schema.TABLES[table].column_names)
+        started = time.perf_counter()
+        client.execute(f"INSERT INTO {table} ({names}) {generated(table, int(total * share))}")
+        seconds += time.perf_counter() - started
+    return total / seconds
+
+
+def chdb_ceiling(folder: Path, total: int) -> float:
+    """Rows/s of chdb writing the mix as Parquet files, generated inside it."""
+    from ranksight.store import chdb_engine
+    from ranksight.store.types import structure
+
+    seconds = 0.0
+    for table, share in MIX.items():
+        spec = schema.TABLES[table]
+        sql = (
+            f"INSERT INTO FUNCTION file('{folder}/{table}.parquet', Parquet, '{structure(spec)}') "
+            f"{generated(table, int(total * share))}"
+        )
+        started = time.perf_counter()
+        chdb_engine.run(sql)
+        seconds += time.perf_counter() - started
+    return total / seconds
+
+
+def run_agent(spool: Path, url: str, batch_rows: int) -> dict:
+    """Drain ``spool`` into ``url`` in a child process; its measurements."""
+    for state in spool.glob(".agent-*"):
+        subprocess.run(["rm", "-rf", str(state)], check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", AGENT, str(spool), url, str(batch_rows)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--batch-rows", type=int, default=200_000)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ranksight-ingest-"))
+    size = write_spool(work / "spool", args.records, args.ranks)
+    total = args.records // args.ranks * args.ranks
+    print(f"spool: {total} records, {size / 1e6:.0f} MB JSON ({size / total:.0f} B/record)")
+    server = start_local_server(work / "clickhouse")
+    try:
+        ceiling_store = open_store(f"clickhouse://127.0.0.1:{server.tcp_port}/ceiling")
+        ceiling_store.init_schema()
+        ceiling = server_ceiling(ceiling_store, total)
+        to_server = run_agent(
+            work / "spool", f"clickhouse://127.0.0.1:{server.tcp_port}/agent", args.batch_rows
+        )
+        to_chdb = run_agent(work / "spool", f"chdb://{work}/chdb", args.batch_rows)
+    finally:
+        server.stop()
+    chdb_own = chdb_ceiling(work, total)
+    print(f"server ceiling (INSERT ... SELECT inside 18.16): {ceiling:,.0f} rows/s")
+    print(f"chdb ceiling (INSERT INTO FUNCTION file Parquet): {chdb_own:,.0f} rows/s")
+    print("| destination | agent records/s | / server ceiling | CPU% | peak RSS MB |")
+    print("|---|---|---|---|---|")
+    for name, r in (("ClickHouse 18.16", to_server), ("chdb folder", to_chdb)):
+        assert r["rows"] == total and r["rejected"] == 0, r
+        rate = r["rows"] / r["seconds"]
+        print(
+            f"| {name} | {rate:,.0f} | {rate / ceiling:.2f} | {r['cpu_pct']:.0f} | {r['rss_mb']:.0f} |"
+        )
+    subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
+if __name__ == "__main__":
+    main()
