@@ -301,3 +301,38 @@ def test_store_down_and_bad_url_parameters_get_a_message(monkeypatch, tmp_path):
     assert any("unknown page 'nowhere'" in p for p in problems) and any(
         "step='-3'" in p for p in problems
     )
+
+
+def test_a_running_run_is_watched_and_new_steps_show_on_the_next_run(monkeypatch, tmp_path):
+    from ranksight.synthetic import SynthConfig, write_synthetic
+
+    url = str(tmp_path / "store")
+    with open_store(url) as s:
+        s.init_schema()
+        write_synthetic(
+            s,
+            SynthConfig(
+                dp=2, tp=1, pp=1, steps=4, faults=("hang:rank=1,from_step=3",), run_id="live"
+            ),
+        )
+    at = page(monkeypatch, url, page="overview", run="live")
+    assert {m.label: m.value for m in at.metric}["status"] == "running"
+    assert any("refreshes when new steps land" in c.value for c in at.caption)
+    steps_before = int({m.label: m.value for m in at.metric}["steps"])
+    with open_store(url) as s:
+        last = s.query("SELECT max(end_ns) AS t FROM steps")["t"].iloc[0]
+        rows = [
+            {
+                "run_id": "live",
+                "attempt": 0,
+                "rank": r,
+                "step": steps_before,
+                "start_ns": int(last) + 1,
+                "end_ns": int(last) + 10**8,
+                "tokens": 1,
+            }
+            for r in range(2)
+        ]
+        s.insert("steps", pd.DataFrame(rows))
+    at.run()  # what the watcher's rerun does
+    assert int({m.label: m.value for m in at.metric}["steps"]) == steps_before + 1
