@@ -55,9 +55,19 @@ _CONFIG = """<?xml version="1.0"?>
   <timezone>UTC</timezone>
   <max_concurrent_queries>100</max_concurrent_queries>
   <mark_cache_size>268435456</mark_cache_size>
-  <uncompressed_cache_size>268435456</uncompressed_cache_size>
+  <uncompressed_cache_size>268435456</uncompressed_cache_size>{tls}
 </yandex>
 """
+
+_TLS = """
+  <tcp_port_secure>{port}</tcp_port_secure>
+  <openSSL><server>
+    <certificateFile>{cert}</certificateFile>
+    <privateKeyFile>{key}</privateKeyFile>
+    <verificationMode>none</verificationMode>
+    <loadDefaultCAFile>false</loadDefaultCAFile>
+    <disableProtocols>sslv2,sslv3,tlsv1,tlsv1_1</disableProtocols>
+  </server></openSSL>"""
 
 _USERS = """<?xml version="1.0"?>
 <yandex>
@@ -108,6 +118,8 @@ class LocalServer:
     folder: Path
     tcp_port: int
     http_port: int
+    tls_port: int | None = None
+    """Native protocol over TLS (``clickhouses://``), if started with a certificate."""
 
     @property
     def url(self) -> str:
@@ -146,8 +158,18 @@ class LocalServer:
         :func:`start_local_server` does."""
         if self.process.poll() is None:
             raise StoreError(f"clickhouse-server pid {self.process.pid} is still running")
-        fresh = start_local_server(self.folder, self.tcp_port, self.http_port, timeout)
+        fresh = start_local_server(self.folder, self.tcp_port, self.http_port, timeout, self._tls)
         self.process = fresh.process
+
+    @property
+    def _tls(self) -> tuple[int, str, str] | None:
+        """The TLS settings this server was started with (read back from its config)."""
+        if self.tls_port is None:
+            return None
+        text = (self.folder / "config.xml").read_text()
+        cert = text.split("<certificateFile>")[1].split("<")[0]
+        key = text.split("<privateKeyFile>")[1].split("<")[0]
+        return self.tls_port, cert, key
 
     def __enter__(self) -> LocalServer:
         return self
@@ -156,13 +178,19 @@ class LocalServer:
         self.stop()
 
 
-def write_config(folder: Path, tcp_port: int, http_port: int) -> Path:
+def write_config(
+    folder: Path, tcp_port: int, http_port: int, tls: tuple[int, str, str] | None = None
+) -> Path:
     """Write ``config.xml`` and ``users.xml`` into ``folder`` and create the data
-    folders; returns the path of ``config.xml``."""
+    folders; returns the path of ``config.xml``. ``tls``: (port, certificate PEM, key PEM)
+    for the native protocol over TLS."""
     for sub in ("data", "tmp", "user_files", "format_schemas", "log"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     config = folder / "config.xml"
-    config.write_text(_CONFIG.format(folder=folder, tcp_port=tcp_port, http_port=http_port))
+    secure = _TLS.format(port=tls[0], cert=tls[1], key=tls[2]) if tls else ""
+    config.write_text(
+        _CONFIG.format(folder=folder, tcp_port=tcp_port, http_port=http_port, tls=secure)
+    )
     (folder / "users.xml").write_text(_USERS)
     return config
 
@@ -182,19 +210,21 @@ def start_local_server(
     tcp_port: int | None = None,
     http_port: int | None = None,
     timeout: float = 60.0,
+    tls: tuple[int, str, str] | None = None,
 ) -> LocalServer:
     """Start ``clickhouse-server`` on 127.0.0.1 with all state under ``folder`` and wait
     until it answers ``SELECT 1`` on ``tcp_port`` (``None``: a free port).
 
     The server is a foreground child of this process and gets SIGTERM if this process
-    dies. Raises StoreError if the binary is missing, or if the server exits or does not
-    answer within ``timeout`` seconds (the message quotes its error log).
+    dies. ``tls``: see :func:`write_config`. Raises StoreError if the binary is missing,
+    or if the server exits or does not answer within ``timeout`` seconds (the message
+    quotes its error log).
     """
     binary = find_server_binary()
     folder = Path(folder).resolve()
     tcp_port = tcp_port or free_port()
     http_port = http_port or free_port()
-    config = write_config(folder, tcp_port, http_port)
+    config = write_config(folder, tcp_port, http_port, tls)
     with open(folder / "log" / "stdout.log", "ab") as out:
         process = subprocess.Popen(
             [binary, f"--config-file={config}"],
@@ -204,7 +234,7 @@ def start_local_server(
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
-    server = LocalServer(process, folder, tcp_port, http_port)
+    server = LocalServer(process, folder, tcp_port, http_port, tls[0] if tls else None)
     try:
         _wait_ready(server, timeout)
     except BaseException:
