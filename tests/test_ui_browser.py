@@ -172,7 +172,8 @@ def test_overview_leads_to_a_findings_evidence_and_its_timeline(server, browser)
     page.wait_for_url("**finding=**", timeout=30_000)
     settle(page)
     page.get_by_text(f"Evidence for rank {run.culprit}").wait_for(timeout=30_000)
-    assert page.get_by_text("peers ms (median)").count() >= 1
+    page.get_by_text("peers ms (median)").first.wait_for(timeout=30_000)  # the phase table
+    page.get_by_text("victim rank").first.wait_for(timeout=30_000)
     shot(page, "finding")
     page.get_by_role("button", name="Timeline").nth(index).click()
     page.wait_for_url("**page=timeline**", timeout=30_000)
