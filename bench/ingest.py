@@ -5,9 +5,10 @@
 2. Ceiling: the ClickHouse server inserts the same number of rows of the same tables,
    generated inside it (``INSERT INTO t SELECT ... FROM numbers(n)``), no client involved.
    chdb's own ceiling is measured the same way (``INSERT INTO FUNCTION file(..., Parquet)``).
-3. The agent: a child process builds ``Agent(spool, store)`` and drains the whole spool
-   (parse, validate, disk buffer, idempotent insert), once into the server and once into
-   a chdb folder; records/s, CPU% (user+sys over wall) and peak RSS of that process.
+3. The agent: a child process runs ``Agent(spool, store).run`` (reader and shipper
+   threads, as in production: parse, validate, disk buffer with fsync, idempotent
+   insert) until the whole spool is stored, once into the server and once into a chdb
+   folder; records/s, CPU% (user+sys over wall, all threads) and peak RSS of that process.
 
 Prints records/s and the ratio agent / server ceiling (the target is >= 0.5, and >= 1 M
 records/s where the ceiling allows). Run (needs ``clickhouse-server``)::
@@ -33,18 +34,27 @@ MIX = {"collectives": 0.80, "phases": 0.15, "steps": 0.05}
 T0 = 1_764_000_000_000_000_000
 
 AGENT = """
-import json, resource, sys, time
+import json, resource, sys, threading, time
 from ranksight.agent import Agent, AgentConfig
-from ranksight.store import open_store, schema
+from ranksight.store import open_store
 store = open_store(sys.argv[2]); store.init_schema()
-cfg = AgentConfig(batch_rows=int(sys.argv[3]), stats_interval_s=0, buffer_bytes=8 << 30)
+total = int(sys.argv[4])
+cfg = AgentConfig(batch_rows=int(sys.argv[3]), stats_interval_s=0, buffer_bytes=8 << 30,
+                  interval_s=0.2)
 agent = Agent(sys.argv[1], store, config=cfg)
+stop = threading.Event()
 r0, w0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-n = agent.drain(max_polls=100000)
+runner = threading.Thread(target=agent.run, args=(stop,))
+runner.start()  # the agent as it runs in production: reader and shipper threads
+while agent.stats.shipped < total and runner.is_alive():
+    time.sleep(0.02)
 r1, w1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+stop.set()
+runner.join()
 cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-print(json.dumps({"rows": n, "seconds": w1 - w0, "cpu_pct": 100 * cpu / (w1 - w0),
-                  "rss_mb": r1.ru_maxrss / 1024, "rejected": agent.stats.rejected}))
+print(json.dumps({"rows": agent.stats.shipped, "seconds": w1 - w0,
+                  "cpu_pct": 100 * cpu / (w1 - w0), "rss_mb": r1.ru_maxrss / 1024,
+                  "rejected": agent.stats.rejected}))
 """
 
 
@@ -134,12 +144,13 @@ def chdb_ceiling(folder: Path, total: int) -> float:
     return total / seconds
 
 
-def run_agent(spool: Path, url: str, batch_rows: int) -> dict:
-    """Drain ``spool`` into ``url`` in a child process; its measurements."""
+def run_agent(spool: Path, url: str, batch_rows: int, total: int) -> dict:
+    """Run an agent on ``spool`` into ``url`` in a child process until it has shipped
+    ``total`` rows; its measurements."""
     for state in spool.glob(".agent-*"):
         subprocess.run(["rm", "-rf", str(state)], check=True)
     out = subprocess.run(
-        [sys.executable, "-c", AGENT, str(spool), url, str(batch_rows)],
+        [sys.executable, "-c", AGENT, str(spool), url, str(batch_rows), str(total)],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -160,10 +171,9 @@ def main() -> None:
         ceiling_store = open_store(f"clickhouse://127.0.0.1:{server.tcp_port}/ceiling")
         ceiling_store.init_schema()
         ceiling = server_ceiling(ceiling_store, total)
-        to_server = run_agent(
-            work / "spool", f"clickhouse://127.0.0.1:{server.tcp_port}/agent", args.batch_rows
-        )
-        to_chdb = run_agent(work / "spool", f"chdb://{work}/chdb", args.batch_rows)
+        url = f"clickhouse://127.0.0.1:{server.tcp_port}/agent"
+        to_server = run_agent(work / "spool", url, args.batch_rows, total)
+        to_chdb = run_agent(work / "spool", f"chdb://{work}/chdb", args.batch_rows, total)
     finally:
         server.stop()
     chdb_own = chdb_ceiling(work, total)
