@@ -16,13 +16,18 @@ HEATMAP, RANK_STRIP, STEP_STRIP = 0, 1, 2
 
 
 def heatmap_figure(
-    h: Heatmap, selected_rank: int | None = None, selected_step: int | None = None
+    h: Heatmap,
+    selected_rank: int | None = None,
+    selected_step: int | None = None,
+    skip_steps: int = 1,
 ) -> go.Figure:
     """Rows are rank bins (top: first in the order; ``y`` = row labels), columns step
     bins; color is the largest value in the cell (ms). Trace 0 is the heatmap, trace 1
     the rank strip (per row: mean over steps; customdata: the row's slowest rank), trace
     2 the step strip (per column: largest over ranks; customdata: first step). Culprit
-    rows are red in the strip and labelled "culprit"; the selection is outlined."""
+    rows are red in the strip and labelled "culprit"; the selection is outlined. The
+    color scale tops out at the largest value after the first ``skip_steps`` steps
+    (warm-up steps are slow everywhere and would wash out the rest)."""
     rows, cols = h.shape
     labels = list(h.row_labels)
     fig = make_subplots(
@@ -35,7 +40,7 @@ def heatmap_figure(
         horizontal_spacing=0.005,
         vertical_spacing=0.02,
     )
-    fig.add_trace(_cells(h, labels), row=1, col=2)
+    fig.add_trace(_cells(h, labels, _zmax(h, skip_steps)), row=1, col=2)
     fig.add_trace(_rank_strip(h, labels), row=1, col=1)
     fig.add_trace(_step_strip(h), row=2, col=2)
     _mark_selection(fig, h, labels, selected_rank, selected_step)
@@ -68,7 +73,15 @@ def heatmap_figure(
     return fig
 
 
-def _cells(h: Heatmap, labels: list[str]) -> go.Heatmap:
+def _zmax(h: Heatmap, skip_steps: int) -> float | None:
+    """The largest cell value from step ``skip_steps`` on (None: no such cell)."""
+    cols = [j for j, s in enumerate(h.col_steps) if s >= skip_steps]
+    if not cols or not np.isfinite(h.vmax_ms[:, cols]).any():
+        return None
+    return float(np.nanmax(h.vmax_ms[:, cols]))
+
+
+def _cells(h: Heatmap, labels: list[str], zmax: float | None) -> go.Heatmap:
     custom = np.dstack([h.vmean_ms, h.worst_rank, h.worst_step]).astype(np.float32)
     step_txt = "step %{x}" if h.step_bin == 1 else f"steps %{{x}}..%{{x}}+{h.step_bin - 1}"
     rows, cols = h.shape
@@ -78,6 +91,8 @@ def _cells(h: Heatmap, labels: list[str]) -> go.Heatmap:
         y=labels,
         customdata=custom,
         colorscale="Viridis",
+        zmin=0 if zmax is not None else None,
+        zmax=zmax,
         colorbar={"title": {"text": "ms"}, "len": 0.85, "y": 0.57},
         hovertemplate=(
             "%{y}<br>" + step_txt + "<br>max %{z:.1f} ms, mean %{customdata[0]:.1f} ms"

@@ -43,7 +43,7 @@ def render(ctx: PageContext) -> None:
         ctx.cfg.heatmap_cols,
     )
     st.caption(_resolution(h, len(run.ranks)))
-    fig = heatmap_figure(h, sel.rank, sel.step)
+    fig = heatmap_figure(h, sel.rank, sel.step, ctx.cfg.skip_steps)
     event = st.plotly_chart(
         fig,
         width="stretch",
