@@ -59,6 +59,7 @@ def heatmap_figure(
     fig.update_xaxes(autorange="reversed", showticklabels=False, row=1, col=1)
     fig.update_xaxes(title_text="step (click a bar below to select a step)", row=2, col=2)
     fig.update_yaxes(showticklabels=False, row=2, col=2)
+    fig.update_yaxes(showticklabels=False, ticks="", row=1, col=2)
     fig.update_layout(
         title={
             "text": f"{METRICS[h.metric]} per rank and step (ms); click a bar left or below to select",
@@ -147,7 +148,7 @@ def _mark_selection(
     fig: go.Figure, h: Heatmap, labels: list[str], rank: int | None, step: int | None
 ) -> None:
     """Outline the selected rank's row and the selected step's column."""
-    line = {"color": "white", "width": 2}
+    line = {"color": "#ff00ff", "width": 3}
     if rank is not None:
         row = next((i for i, rs in enumerate(h.row_ranks) if rank in rs), None)
         if row is not None:
