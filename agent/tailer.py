@@ -90,6 +90,9 @@ class SpoolTailer:
         file cannot starve the others. :meth:`pending` has the offsets after it."""
         out, self._pending, self.lines_read = Parsed(), {}, 0
         paths = self.paths()
+        present = set(paths)
+        for gone in [p for p in self.files if p not in present]:  # deleted spool files
+            del self.files[gone]
         if paths:
             self._start %= len(paths)
             paths = paths[self._start :] + paths[: self._start]

@@ -93,15 +93,17 @@ def test_agent_killed_repeatedly_mid_run_loses_and_duplicates_nothing(server, tm
     store.init_schema()
     log = str(tmp_path / "agent.log")
     agent = start_agent(spool, url, log)
-    job = start_job(spool, "agent-kill", steps=40, pace_s=0.3, out=out)
+    job = start_job(spool, "agent-kill", steps=80, pace_s=0.4, out=out)
     try:
         wait_for(lambda: stored_count(store, "agent-kill") > 50, 180, "the first rows stored")
-        for pause_s in (2.0, 0.7, 1.3, 0.4):  # SIGKILL at different points of its cycle
-            agent.kill()
+        for i, running_s in enumerate((0.7, 0.25, 1.3, 0.45)):  # different points of its cycle
+            time.sleep(running_s)
+            agent.kill()  # SIGKILL
             agent.wait()
-            time.sleep(pause_s)  # ranks keep writing meanwhile
+            time.sleep(0.5)  # ranks keep writing meanwhile
             agent = start_agent(spool, url, log)
-            time.sleep(1.5)
+            started = lambda n=i + 2: open(log).read().count("agent started") >= n  # noqa: E731
+            wait_for(started, 120, "the restarted agent to run")
         finish(job, out)
         assert_eventually_exactly_once(store, spool, "agent-kill", out)
     finally:
