@@ -184,3 +184,23 @@ def test_comm_modes_sit_under_and_over_the_hooks(tmp_path):
     blocked = fwd["wait_ns"] / (fwd["end_ns"] - fwd["start_ns"])
     assert (blocked > 0.8).all()  # the delay counts as waiting, not as compute
     assert "ranksight-fault: slow_link" in out.stderr and "resize" in out.stderr
+
+
+def test_slow_pipeline_link_holds_the_receiver_not_the_sender(tmp_path):
+    worker = os.path.join(os.path.dirname(__file__), "workers", "p2p_slow_link.py")
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         worker, str(tmp_path), "p2p"],
+        capture_output=True, text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    c = read_spool(str(tmp_path))["collectives"]
+    recv, send = c[c["op"] == "recv"], c[c["op"] == "send"]
+    assert len(recv) == len(send) == 9 and set(recv["rank"]) == {1} and set(send["rank"]) == {0}
+    took_ms = (recv["end_ns"] - recv["enqueue_ns"]) / 1e6
+    assert (took_ms[recv["step"] == 0] < 60).all()
+    assert (took_ms[recv["step"] >= 1] >= 80).all()
+    # the sender is not held: its first send of a step completes at once (the later ones
+    # wait for the held receiver to post its next recv: back-pressure, as on a slow link)
+    first = send[send["step"] >= 1].sort_values("enqueue_ns").groupby("step").head(1)
+    assert ((first["end_ns"] - first["enqueue_ns"]) / 1e6 < 60).all()
