@@ -118,6 +118,10 @@ def bench_size(ranks: int, steps: int, work: str) -> list[dict]:
     run_id, gen_s, rows = write_run(folder, ranks, steps)
     print(f"{ranks} ranks x {steps} steps: wrote {rows:,} rows in {gen_s:.0f} s", flush=True)
     queries = query_times(folder, run_id)
+    print(
+        f"  store queries alone: heatmap {queries['heatmap']:.2f} s, overview {queries['overview']:.2f} s",
+        flush=True,
+    )
     proc, base = start_ui(folder)
     out = []
     try:
@@ -125,10 +129,11 @@ def bench_size(ranks: int, steps: int, work: str) -> list[dict]:
 
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-            render_time(browser, f"{base}/?page=runs")  # server warm-up: imports, first session
+            render_time(browser, f"{base}/?page=runs", chart=False)  # server warm-up
             for name in ("heatmap", "overview"):
                 url = f"{base}/?page={name}&run={run_id}"
                 cold, warm = render_time(browser, url), render_time(browser, url)
+                print(f"  {name}: first render {cold:.2f} s, again {warm:.2f} s", flush=True)
                 out.append(
                     {
                         "size": f"{ranks}x{steps}",
