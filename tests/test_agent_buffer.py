@@ -133,3 +133,18 @@ def test_spool_folder_is_owner_only(tmp_path, chdb) -> None:
     os.chmod(spool, 0o755)
     agent_for(spool, chdb).close()
     assert spool.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("interval_s", 0, "interval_s must be > 0"),
+        ("batch_rows", 2_000_000, "batch_rows must be in 1..1000000"),
+        ("buffer_bytes", 10, "buffer_bytes must be >= 65536"),
+        ("drop_policy", "drop_random", "is not one of drop_oldest, drop_newest"),
+        ("settle_s", -1, "settle_s must be >= 0"),
+    ],
+)
+def test_agent_config_rejects_bad_values_naming_them(field, value, says) -> None:
+    with pytest.raises(ValueError, match=says):
+        AgentConfig(**{field: value})
