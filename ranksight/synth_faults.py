@@ -12,7 +12,8 @@ hang        at ``from_step`` the rank never enqueues its first TP all_reduce; th
 crash       as hang, and the rank writes nothing at all in that step (status ``failed``)
 desync      at ``from_step`` the rank's TP group's first all_reduce never completes:
             ``resize``: the rank enqueued it with one element more; ``skip``: the rank
-            skipped it and enqueued the next one (its row carries the next group_seq)
+            skipped it and went on to its DP all_reduce (enqueued, never completed), so
+            it is one behind its TP peers and blocked in another group
 nan         the last stage's loss is NaN from ``from_step`` (only on the rank itself at
             that step when it is on the last stage; everywhere after)
 ==========  ===========================================================================
@@ -27,6 +28,7 @@ import pandas as pd
 
 from ranksight.reference_trainer.faults import FaultSpec
 from ranksight.reference_trainer.layout import coords_of
+from ranksight.synth_rows import Mesh
 from ranksight.synth_timeline import StepInputs
 
 if TYPE_CHECKING:
@@ -107,9 +109,10 @@ def losses_for(cfg: SynthConfig, step0: int, S: int, rng: np.random.Generator) -
     return loss.reshape(S, -1)
 
 
-def edit_rows(cfg: SynthConfig, table: str, frame: pd.DataFrame) -> pd.DataFrame:
+def edit_rows(cfg: SynthConfig, table: str, frame: pd.DataFrame, mesh: Mesh) -> pd.DataFrame:
     """Row-level effects: a crashed rank writes nothing in its crash step; a desync rank's
-    first TP all_reduce of that step is resized, or (skip) carries the next group_seq."""
+    first TP all_reduce of that step is resized (``resize``), or skipped (``skip``: the
+    rank goes on to its DP all_reduce, which it enqueues and never completes)."""
     if frame.empty or "step" not in frame.columns:
         return frame
     for spec in (s for s in cfg.specs if s.kind in ("crash", "desync")):
@@ -120,6 +123,13 @@ def edit_rows(cfg: SynthConfig, table: str, frame: pd.DataFrame) -> pd.DataFrame
             hit = at & (frame["peer"] == -1) & (frame["end_ns"] == 0) & (frame["phase"] != "")
             if spec.mode == "resize":
                 frame.loc[hit, ["numel_in", "numel_out"]] += 1
+            elif hit.any() and mesh.dp > 1:
+                moved = frame[hit].assign(
+                    phase="", group_id=mesh.dp_gid[spec.rank], group_ranks=mesh.dp_granks[spec.rank],
+                    group_seq=spec.from_step, dtype="float32", numel_in=mesh.grad_numel,
+                    numel_out=mesh.grad_numel, bytes=mesh.grad_numel * 4,
+                )  # fmt: skip
+                frame = pd.concat([frame[~hit], moved], ignore_index=True)
             else:
-                frame.loc[hit, "group_seq"] += 1
+                frame = frame[~hit]
     return frame

@@ -17,10 +17,13 @@ phases         2m + 2 (data_wait, m forward, m backward, optimizer)
 collectives    2m TP all_reduce (tp > 1) + 1 DP all_reduce (dp > 1) + send/recv:
                2m on the first and last stage, 4m on the others (pp > 1)
 hook_stats     1
+progress       one row per stream (TP group, DP group, each pipeline neighbour and
+               direction: 4-6) every ``snapshot_s`` (2 s) of simulated time, not per step
 =============  ================================================================
 
 At the default 16,384-rank layout (DP512 x TP8 x PP4, m = 4) that is 33 rows per rank
-and step on average, 54 M rows for 100 steps (34 M of them collectives).
+and step on average, 54 M rows for 100 steps (34 M of them collectives), plus about 3 M
+``progress`` rows (a 0.7 s step: 35 snapshots x 5 streams x 16,384 ranks).
 
 Faults use the reference trainer's spec strings (:func:`parse_fault`); the synthetic
 model supports ``slow``, ``slow_link`` (tp, dp, pp), ``data_stall``, ``hang``, ``crash``,
@@ -41,6 +44,7 @@ import pandas as pd
 
 from ranksight.reference_trainer.faults import FaultSpec, faults_ground_truth, parse_faults
 from ranksight.synth_faults import SUPPORTED, apply_faults, edit_rows, losses_for, stop_of
+from ranksight.synth_progress import Progress
 from ranksight.synth_rows import (
     Mesh,
     dp_collectives,
@@ -111,6 +115,10 @@ class SynthConfig:
     """Time of the first step (ns); default: now minus the run's expected length."""
     chunk_rows: int = 2_000_000
     """About this many rows are built and inserted per batch (bounds memory)."""
+    snapshot_s: float = 2.0
+    """Seconds between a rank's ``progress`` snapshots (the hooks' default)."""
+    tail_s: float = 40.0
+    """After a hang or crash, ``progress`` snapshots go on this long with nothing moving."""
     specs: tuple[FaultSpec, ...] = field(init=False, default=())
     """Parsed ``faults``."""
 
@@ -130,6 +138,8 @@ class SynthConfig:
             raise ValueError("steps, microbatches and gpus_per_node must be >= 1")
         if self.noise < 0 or self.chunk_rows < 1:
             raise ValueError("noise must be >= 0 and chunk_rows >= 1")
+        if self.snapshot_s <= 0 or self.tail_s < 0:
+            raise ValueError("snapshot_s must be > 0 and tail_s >= 0")
         self.specs = parse_faults(self.faults)
         for spec in self.specs:
             if spec.kind not in SUPPORTED:
@@ -249,10 +259,18 @@ def _final_status(cfg: SynthConfig) -> str:
 
 
 def chunk_frames(
-    cfg: SynthConfig, mesh: Mesh, step0: int, S: int, t_start: int, rng: np.random.Generator
+    cfg: SynthConfig,
+    mesh: Mesh,
+    step0: int,
+    S: int,
+    t_start: int,
+    rng: np.random.Generator,
+    progress: Progress | None = None,
+    dead: dict[int, int] | None = None,
 ) -> tuple[dict[str, pd.DataFrame], int]:
     """Rows of steps ``step0 .. step0+S-1`` starting at ``t_start`` (ns); returns the
-    frames by table (without run_id/attempt) and the start time of the next step."""
+    frames by table (without run_id/attempt) and the start time of the next step.
+    With ``progress``, also its snapshots (``dead``: rank -> crash time, filled here)."""
     x = step_inputs(cfg, rng, S)
     hang, stall = apply_faults(cfg, x, step0)
     tl = simulate(x, hang, stall)
@@ -272,14 +290,26 @@ def chunk_frames(
         {"rank": done["rank"], "ts_ns": done["end_ns"], "level": "default",
          "records": (done["step"] + 1) * int(rows_per_rank_step(cfg)), "dropped": 0}
     )  # fmt: skip
-    frames = {k: edit_rows(cfg, k, v) for k, v in frames.items()}
-    return frames, int(t_start + span.sum())
+    frames = {k: edit_rows(cfg, k, v, mesh) for k, v in frames.items()}
+    t_next = int(t_start + span.sum())
+    if progress is not None:
+        dead = {} if dead is None else dead
+        for spec in (
+            s for s in cfg.specs if s.kind == "crash" and step0 <= s.from_step < step0 + S
+        ):
+            dead[spec.rank] = int(t0[spec.from_step - step0])
+
+        def step_at(t: int) -> int:
+            return step0 + int(np.searchsorted(t0, t, side="right")) - 1
+
+        frames["progress"] = progress.chunk(frames["collectives"], t_next, step_at, dead)
+    return frames, t_next
 
 
-def write_synthetic(store, cfg: SynthConfig, progress=None) -> SynthResult:
+def write_synthetic(store, cfg: SynthConfig, on_batch=None) -> SynthResult:
     """Generate ``cfg``'s run and insert it into ``store`` (an initialized
     :class:`~ranksight.store.Store`) in batches of about ``cfg.chunk_rows`` rows.
-    ``progress(steps_done, steps_total)`` is called after each batch. Raises StoreError
+    ``on_batch(steps_done, steps_total)`` is called after each batch. Raises StoreError
     from the store."""
     t_begin = time.perf_counter()
     rng, mesh = np.random.default_rng(cfg.seed), build_mesh(cfg)
@@ -287,18 +317,24 @@ def write_synthetic(store, cfg: SynthConfig, progress=None) -> SynthResult:
     last = cfg.steps if stop is None else stop + 1
     step_ns = (cfg.microbatches + cfg.pp) * (cfg.fwd_ms + cfg.bwd_ms) * _MS
     t = cfg.start_ns or time.time_ns() - int(last * step_ns)
-    rows = {name: 0 for name in ("runs", "ranks", "steps", "phases", "collectives", "hook_stats")}
+    tables = ("runs", "ranks", "steps", "phases", "collectives", "hook_stats", "progress")
+    rows = {name: 0 for name in tables}
+    progress = Progress(mesh, cfg.snapshot_s, t + int(cfg.snapshot_s * 1e9))
+    dead: dict[int, int] = {}
     tag = {"run_id": cfg.run_id, "attempt": 0}
     rows["runs"] += store.insert("runs", _run_row(cfg, "running", t, t))
     rows["ranks"] += store.insert("ranks", _ranks_frame(cfg, t).assign(**tag))
     per_chunk = max(1, int(cfg.chunk_rows // (cfg.ranks * rows_per_rank_step(cfg))))
     for step0 in range(0, last, per_chunk):
         S = min(per_chunk, last - step0)
-        frames, t = chunk_frames(cfg, mesh, step0, S, t, rng)
+        frames, t = chunk_frames(cfg, mesh, step0, S, t, rng, progress, dead)
         for name, frame in frames.items():
             rows[name] += store.insert(name, frame.assign(**tag)) if len(frame) else 0
-        if progress:
-            progress(step0 + S, last)
+        if on_batch:
+            on_batch(step0 + S, last)
+    if stop is not None:
+        tail = progress.tail(t + int(cfg.tail_s * 1e9), stop, dead)
+        rows["progress"] += store.insert("progress", tail.assign(**tag)) if len(tail) else 0
     status = _final_status(cfg)
     if status != "running":
         rows["runs"] += store.insert("runs", _run_row(cfg, status, t, t + 1))

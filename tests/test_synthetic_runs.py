@@ -42,7 +42,7 @@ def test_rows_follow_the_schema_and_the_1f1b_structure(chdb_url):
     store.init_schema()
     cfg = SynthConfig(ranks=64, steps=3, run_id="shape")  # DP2 x TP8 x PP4, m = 4
     result = write_synthetic(store, cfg)
-    per_rank_step = sum(v for k, v in result.rows.items() if k not in ("runs", "ranks"))
+    per_rank_step = sum(v for k, v in result.rows.items() if k not in ("runs", "ranks", "progress"))
     assert per_rank_step == pytest.approx(64 * 3 * rows_per_rank_step(cfg))
     ops = store.query(
         "SELECT op, phase, count() AS n, uniqExact(group_id) AS groups FROM collectives "
@@ -107,6 +107,32 @@ def test_hang_stops_the_run_with_the_rank_missing_from_its_group(chdb_url):
     assert list(open_ops["rank"]) == [3] and list(open_ops["group_ranks"]) == ["2,3"]
     status = store.query("SELECT argMax(status, updated_ns) AS s FROM runs")
     assert status["s"].iloc[0] == "running"
+    # progress snapshots go on after the stop with nothing moving; rank 2 is one behind
+    snap = store.query(
+        "SELECT rank, max(ts_ns) AS last_ns, argMax(issued_seq, ts_ns) AS issued "
+        "FROM progress WHERE group_ranks = '2,3' GROUP BY rank ORDER BY rank"
+    )
+    last_step = store.query("SELECT max(end_ns) AS t FROM steps")["t"].iloc[0]
+    assert (snap["last_ns"] - last_step > 30e9).all()
+    assert snap["issued"].tolist()[1] == snap["issued"].tolist()[0] + 1
+
+
+def test_crashed_rank_stops_reporting_progress(chdb_url):
+    from ranksight.store import open_store
+
+    store = open_store(chdb_url)
+    store.init_schema()
+    cfg = SynthConfig(
+        dp=2, tp=2, pp=2, steps=16, run_id="crash", faults=("crash:rank=6,from_step=12",)
+    )
+    write_synthetic(store, cfg)
+    last = store.query("SELECT rank, max(ts_ns) AS t FROM progress GROUP BY rank")
+    last = dict(zip(last["rank"].astype(int), last["t"], strict=True))
+    assert sorted(last) == list(range(8))
+    assert all(t - last[6] > 30e9 for r, t in last.items() if r != 6)
+    assert store.query("SELECT count() AS n FROM phases WHERE rank = 6 AND step = 12")["n"][0] == 0
+    status = store.query("SELECT argMax(status, updated_ns) AS s FROM runs")
+    assert status["s"].iloc[0] == "failed"
 
 
 def test_1f1b_order_and_layout():
