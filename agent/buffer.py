@@ -29,6 +29,7 @@ import pyarrow as pa
 MANIFEST = "manifest.json"
 ATTEMPTED = "attempted"
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
+_KEEP_IN_MEMORY = 2  # newest sealed batches the shipper takes without reading them back
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,7 @@ class DiskBuffer:
         self.max_bytes, self.policy, self.fsync = max_bytes, policy, fsync
         self.in_flight: int | None = None
         self._lock = threading.Lock()
+        self._recent: dict[int, tuple[dict[str, pa.Table], dict]] = {}  # sealed, still in memory
         for leftover in list(self.folder.glob(".*")):  # half-written or half-deleted
             shutil.rmtree(leftover, ignore_errors=True)
         self._sizes = {seq: _du(self._path(seq)) for seq in self._listed()}
@@ -128,16 +130,24 @@ class DiskBuffer:
         size = _du(self._path(seq))
         with self._lock:
             self._sizes[seq], self._rows[seq] = size, sum(manifest["rows"].values())
+            self._recent[seq] = (tables, manifest)
+            while len(self._recent) > _KEEP_IN_MEMORY:
+                del self._recent[min(self._recent)]
         return size
 
     def load(self, seq: int) -> SealedBatch:
         """Read batch ``seq`` back. Raises OSError / ValueError if it is damaged."""
         path = self._path(seq)
-        manifest = self._manifest(seq)
-        tables = {}
-        for name in manifest["rows"]:
-            with pa.memory_map(str(path / f"{name}.arrow")) as source:
-                tables[name] = pa.ipc.open_file(source).read_all()
+        with self._lock:
+            recent = self._recent.get(seq)
+        if recent is not None:  # just sealed: no need to read it back
+            tables, manifest = recent
+        else:
+            manifest = self._manifest(seq)
+            tables = {}
+            for name in manifest["rows"]:
+                with pa.memory_map(str(path / f"{name}.arrow")) as source:
+                    tables[name] = pa.ipc.open_file(source).read_all()
         attempted = (path / ATTEMPTED).exists()
         return SealedBatch(seq, manifest["uid"], tables, manifest["offsets"], attempted)
 
@@ -150,6 +160,7 @@ class DiskBuffer:
         with self._lock:
             self._sizes.pop(seq, None)
             self._rows.pop(seq, None)
+            self._recent.pop(seq, None)
         gone = self.folder / f".{seq:012d}.gone"
         try:
             os.rename(self._path(seq), gone)

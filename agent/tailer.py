@@ -61,6 +61,7 @@ class SpoolTailer:
     """Lines the last :meth:`read` consumed (records, headers and rejected lines)."""
     _pending: dict[str, FileState] = field(default_factory=dict)
     _start: int = 0
+    _line_bytes: float = 512.0  # running mean line length: how much to read for N lines
 
     def __post_init__(self) -> None:
         self.state_dir = self.state_dir or state_dir_for(self.spool_dir, self.key)
@@ -116,7 +117,8 @@ class SpoolTailer:
                 if os.fstat(f.fileno()).st_uid != os.getuid():
                     return 0, 0
                 f.seek(st.offset)
-                chunk = f.read(max(max_bytes, MAX_LINE))
+                want = min(max_bytes, int(max_lines * self._line_bytes * 1.25) + (64 << 10))
+                chunk = f.read(max(want, MAX_LINE))
         except OSError as e:
             out.rejected.append(f"{path}: {e}")
             return 0, 0
@@ -128,10 +130,12 @@ class SpoolTailer:
                 self._pending[path] = FileState(st.offset + skip, st.base)
                 return 1, skip
             return 0, 0
+        lines = chunk.count(b"\n", 0, end)
+        self._line_bytes = max(64.0, 0.8 * self._line_bytes + 0.2 * end / lines)
         parsed = parse_chunk(chunk[:end], st.base, path)
         out.extend(parsed)
         self._pending[path] = FileState(st.offset + end, parsed.base)
-        return chunk.count(b"\n", 0, end), end
+        return lines, end
 
     def pending(self) -> dict:
         """Offsets after the last :meth:`read`, for files it advanced (JSON-ready)."""
