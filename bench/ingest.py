@@ -156,6 +156,39 @@ def run_agent(spool: Path, url: str, batch_rows: int, total: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def cpu_breakdown(work: Path, url: str, records: int = 200_000) -> dict[str, float]:
+    """CPU µs per record of each stage, one thread after the other, on a fresh spool of
+    ``records``: Arrow's JSON decoding alone, reading + validating + sealing (which
+    includes the decoding), and shipping into ``url``."""
+    import io
+
+    import pyarrow.json as pj
+
+    from ranksight.agent import Agent, AgentConfig
+    from ranksight.agent.parse import _PARSE
+
+    spool = work / "breakdown"
+    write_spool(spool, records, 1)
+    data = next(spool.glob("*/a0/*.jsonl")).read_bytes()
+    body = data[data.index(b"\n") + 1 :]
+    c0 = time.process_time()
+    pj.read_json(io.BytesIO(body), parse_options=_PARSE)
+    decode = time.process_time() - c0
+    store = open_store(url)
+    store.init_schema()
+    agent = Agent(str(spool), store, config=AgentConfig(batch_rows=200_000, stats_interval_s=0))
+    c0 = time.process_time()
+    agent.read_once()
+    read = time.process_time() - c0
+    c0 = time.process_time()
+    while agent.ship_once():
+        pass
+    ship = time.process_time() - c0
+    agent.close()
+    per = 1e6 / records
+    return {"json decode": decode * per, "read+validate+seal": read * per, "ship": ship * per}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -174,6 +207,7 @@ def main() -> None:
         url = f"clickhouse://127.0.0.1:{server.tcp_port}/agent"
         to_server = run_agent(work / "spool", url, args.batch_rows, total)
         to_chdb = run_agent(work / "spool", f"chdb://{work}/chdb", args.batch_rows, total)
+        breakdown = cpu_breakdown(work, f"clickhouse://127.0.0.1:{server.tcp_port}/breakdown")
     finally:
         server.stop()
     chdb_own = chdb_ceiling(work, total)
@@ -187,6 +221,8 @@ def main() -> None:
         print(
             f"| {name} | {rate:,.0f} | {rate / ceiling:.2f} | {r['cpu_pct']:.0f} | {r['rss_mb']:.0f} |"
         )
+    print("CPU per record, one thread (into the server): " + ", ".join(
+        f"{k} {v:.2f} µs" for k, v in breakdown.items()))  # fmt: skip
     subprocess.run(["rm", "-rf", str(work)], check=False)
 
 
