@@ -36,12 +36,18 @@ def loo_median(values: np.ndarray) -> np.ndarray:
 
 
 def sustained_onset(flags: np.ndarray, min_count: int, min_fraction: float) -> np.ndarray:
-    """For a (rows x steps) boolean array: per row, the first column index i with
-    ``flags[i]`` set such that from i on at least ``min_count`` and ``min_fraction`` of
-    the columns are set; -1 where there is none."""
+    """For a (rows x steps) boolean array: per row, the first column index i that starts a
+    run of ``min_count`` set columns and from which at least ``min_count`` and
+    ``min_fraction`` of the columns are set; -1 where there is none. (The run keeps a lone
+    noisy column just before the real onset from being taken for it.)"""
     n = flags.shape[1]
     tail = np.cumsum(flags[:, ::-1], axis=1)[:, ::-1]
     tail_len = np.arange(n, 0, -1)[None, :]
-    ok = flags & (tail >= min_count) & (tail >= min_fraction * tail_len)
+    run = flags.copy()
+    for k in range(1, min_count):
+        shifted = np.zeros_like(flags)
+        shifted[:, : n - k] = flags[:, k:]
+        run &= shifted
+    ok = run & (tail >= min_count) & (tail >= min_fraction * tail_len)
     first = ok.argmax(axis=1)
     return np.where(ok.any(axis=1), first, -1)

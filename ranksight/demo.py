@@ -182,7 +182,9 @@ def _watch(cfg: DemoConfig, trainer: subprocess.Popen, store, run_id: str, conso
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("starting 8 ranks (import torch, rendezvous)", total=cfg.steps)
+        task = progress.add_task(
+            f"starting {cfg.world_size} ranks (import torch, rendezvous)", total=cfg.steps
+        )
         last_step, changed = -1, time.monotonic()
         while trainer.poll() is None:
             if time.monotonic() > deadline:
@@ -192,13 +194,15 @@ def _watch(cfg: DemoConfig, trainer: subprocess.Popen, store, run_id: str, conso
             if step != last_step:
                 last_step, changed = step, time.monotonic()
             if step:
-                progress.update(task, completed=step, description="training (steps stored)")
+                progress.update(task, completed=step + 1, description="training (steps stored)")
             if step and time.monotonic() - changed > STALL_S and _hung(store, run_id):
                 progress.update(task, description="[red]hung: stopping the job[/]")
                 launch.stop(trainer, signal.SIGTERM)
                 return HUNG
             time.sleep(1.0)
-        progress.update(task, completed=_progress_step(store, run_id), description="training done")
+        progress.update(
+            task, completed=_progress_step(store, run_id) + 1, description="training done"
+        )
     return trainer.returncode
 
 

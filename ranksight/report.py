@@ -79,6 +79,9 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
             f"(confidence {f.confidence:.2f}, impact {f.impact_pct:.0f}%)"
         )
         console.print(Panel(f.summary, title=title, border_style="red"))
+        if f.kind != "straggler":
+            _print_evidence(f, console)
+            continue
         phases = Table(title="self time per call vs same-stage peers", show_lines=False)
         for col in ("phase", f"rank {f.culprit_rank} ms", "peers ms (median)", "ratio"):
             phases.add_column(col)
@@ -106,6 +109,13 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
             f"step {f.evidence.get('step_ms_now')} ms now, about "
             f"{f.evidence.get('step_ms_without')} ms without it."
         )
+
+
+def _print_evidence(f: Finding, console: Console) -> None:
+    """Evidence of a non-straggler finding, one line per key (nested values as JSON)."""
+    for key, value in f.evidence.items():
+        text = value if isinstance(value, (int, float, str)) else json.dumps(value, default=str)
+        console.print(f"  {key}: {text}", soft_wrap=True)
 
 
 def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
