@@ -90,6 +90,8 @@ class _Watch:
     last_step: int | None = None
     progress_ns: int = field(default_factory=time.time_ns)
     """When a new step was last seen in the store (or the job started)."""
+    gap_s: float = 0.0
+    """Longest time between two new steps seen so far (s)."""
     polls: int = 0
     stopped: str = ""
     extra: dict = field(default_factory=dict)
@@ -122,7 +124,10 @@ def _poll(store, run_id: str, e: Expectation, w: _Watch) -> None:
 
     step = _max_step(store, run_id)
     if step is not None and step != w.last_step:
-        w.last_step, w.progress_ns = step, time.time_ns()
+        now = time.time_ns()
+        if w.last_step is not None:
+            w.gap_s = max(w.gap_s, (now - w.progress_ns) / 1e9)
+        w.last_step, w.progress_ns = step, now
     try:
         found = _findings(analyze(store, run_id, save=False))
     except UnknownRun:
@@ -132,24 +137,31 @@ def _poll(store, run_id: str, e: Expectation, w: _Watch) -> None:
         w.first_hit_ns, w.hit_step = time.time_ns(), w.last_step
 
 
-def _should_stop(cfg: MatrixConfig, t0: float, w: _Watch) -> str:
+def _should_stop(cfg: MatrixConfig, t0: float, w: _Watch, steps: int) -> str:
+    """Why to stop the job now ("" to let it run). A job past its last step is finishing;
+    one that stalls less than twice its slowest step so far is merely slow."""
     now = time.time_ns()
     stalled_s = (now - w.progress_ns) / 1e9
     if time.monotonic() - t0 > cfg.timeout_s:
         return f"stopped at the {cfg.timeout_s:.0f} s timeout"
-    if w.first_hit_ns is not None and min(stalled_s, (now - w.first_hit_ns) / 1e9) > cfg.grace_s:
+    if w.last_step is not None and w.last_step >= steps - 1:
+        return ""
+    patience = max(cfg.grace_s, 2 * w.gap_s)
+    if w.first_hit_ns is not None and min(stalled_s, (now - w.first_hit_ns) / 1e9) > patience:
         return f"stopped {stalled_s:.0f} s after its last step (detected)"
     if stalled_s > cfg.hang_timeout_s:
         return f"stopped {stalled_s:.0f} s after its last step"
     return ""
 
 
-def _watch(cfg: MatrixConfig, job: subprocess.Popen, store, run_id: str, e: Expectation) -> _Watch:
+def _watch(
+    cfg: MatrixConfig, job: subprocess.Popen, store, run_id: str, e: Expectation, steps: int
+) -> _Watch:
     w, t0 = _Watch(), time.monotonic()
     while job.poll() is None:
         time.sleep(cfg.poll_s)
         _poll(store, run_id, e, w)
-        w.stopped = _should_stop(cfg, t0, w)
+        w.stopped = _should_stop(cfg, t0, w, steps)
         if w.stopped:
             launch.stop(job, wait_s=20.0)
             break
@@ -186,7 +198,7 @@ def run_scenario(cfg: MatrixConfig, store, store_url: str, sc: Scenario) -> Row:
         with open(log_path, "w") as log:
             cmd = launch.trainer_cmd(**SHAPE, steps=sc.steps, run_id=run_id, inject=[sc.inject])
             job = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-            w = _watch(cfg, job, store, run_id, e0)
+            w = _watch(cfg, job, store, run_id, e0, sc.steps)
         row.job_rc = job.returncode
     finally:
         launch.stop(agent)
