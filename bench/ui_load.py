@@ -96,17 +96,19 @@ def start_ui(folder: str) -> tuple[subprocess.Popen, str]:
     raise SystemExit(f"ranksight ui did not start on {base}")
 
 
-def render_time(browser, url: str) -> float:
-    """Seconds from navigation to the script run being over and the figure drawn."""
+def render_time(browser, url: str, chart: bool = True) -> float:
+    """Seconds from navigation to the script run being over and (``chart``) the Plotly
+    figure drawn."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     t = time.perf_counter()
     page.goto(url)
     page.wait_for_selector("[data-testid=stApp]", timeout=300_000)
-    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=300_000)
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=300_000
-    )
-    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=300_000)
+    if chart:
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=300_000)
+    idle = "() => !document.querySelector('[data-testid=stStatusWidget]')"
+    page.wait_for_function(idle, timeout=300_000)
+    if chart:
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=300_000)
     took = time.perf_counter() - t
     page.close()
     return took
