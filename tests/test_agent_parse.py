@@ -130,3 +130,29 @@ def test_the_agent_knows_the_hooks_header_without_importing_torch() -> None:
     code = "import sys, ranksight.agent.agent; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_agent_logs_and_counts_each_malformed_record_and_stores_the_rest(
+    tmp_path, chdb_url, caplog
+) -> None:
+    import logging
+
+    from ranksight.agent import Agent, AgentConfig
+    from ranksight.store import open_store
+
+    path = tmp_path / "spool" / "run-x" / "a2" / "rank00003-1.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(lines(HEADER, step(0), *BAD, coll(1), step(2), b"\x00\xff garbage"))
+    store = open_store(chdb_url)
+    store.init_schema()
+    agent = Agent(str(tmp_path / "spool"), store, config=AgentConfig(stats_interval_s=0.001))
+    with caplog.at_level(logging.WARNING, logger="ranksight.agent"):
+        shipped = agent.drain()
+    reasons = [r.getMessage() for r in caplog.records if "rejected record" in r.message]
+    assert len(reasons) == agent.stats.rejected == len(BAD) + 1
+    assert shipped >= 3 and store.query("SELECT step FROM steps ORDER BY step")[
+        "step"
+    ].tolist() == [0, 2]
+    assert store.query("SELECT count() AS n FROM collectives")["n"].tolist() == [1]
+    counted = store.query("SELECT max(rejected) AS r FROM agent_stats")["r"].tolist()
+    assert counted == [len(BAD) + 1], "the count reaches the store"
