@@ -36,10 +36,11 @@ def _ops_waiting_on(report: HangReport, root: int) -> list[dict]:
 def hang_finding(report: HangReport, coords: pd.DataFrame) -> Finding:
     """The Finding for ``report``: culprit the first root; cause ``crash`` if its
     snapshots stopped (the process is gone), else ``stuck`` (alive, in no collective);
-    impact 100% (no step completes)."""
-    root = report.roots[0]
+    with no root (every rank entered the op that never completes, e.g. a desync) culprit
+    -1 and cause ``all_blocked``. Impact 100% (no step completes)."""
+    root = report.roots[0] if report.roots else -1  # none: every rank is inside the stuck op
     c = coords.loc[root] if root in coords.index else {"dp": -1, "tp": -1, "pp": -1, "host": ""}
-    cause = "crash" if root in report.gone else "stuck"
+    cause = "crash" if root in report.gone else ("stuck" if root >= 0 else "all_blocked")
     ops = _ops_waiting_on(report, root)
     first = ops[0] if ops else {"op": "?", "seq": -1, "blocked_ranks": []}
     blocked = sorted(report.blocked)

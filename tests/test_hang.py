@@ -84,3 +84,9 @@ def test_progressing_run_is_not_hung():
 def test_config_validation():
     with pytest.raises(ValueError):
         HangConfig(stall_s=0)
+
+
+def test_every_rank_inside_the_stuck_op_has_no_single_culprit():
+    latest = pd.DataFrame([snap(0, "tp0", "0,1", 7, 6, 100), snap(1, "tp0", "0,1", 7, 6, 100)])
+    f = hang_finding(find_hang(latest, last_step_end_ns=60 * S), coords())
+    assert (f.kind, f.culprit_rank, f.cause) == ("hang", -1, "all_blocked")
