@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the table layout below; stored in the ``schema_version`` table.
 1: the first tables. 2: ``batch_id`` on the agent-shipped tables; the ``progress``,
-``agent_stats``, ``clock_offsets`` and collector tables (added by ``store/migrate.py``)."""
+``agent_stats``, ``clock_offsets`` and collector tables (added by ``store/migrate.py``).
+3: ``rank_ends``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +188,29 @@ PROGRESS = Table(
 )
 """Per rank, group and P2P direction: how far it has issued and completed, every few
 seconds from a thread that keeps running while training is stuck (hang localization)."""
+
+RANK_ENDS = Table(
+    "rank_ends",
+    _RUN
+    + (
+        ("rank", "UInt32"),
+        ("host", "String"),
+        ("pid", "UInt32"),
+        ("ts_ns", "Int64"),  # when the end was seen
+        ("source", "String"),  # hooks (the rank itself) | launcher (torchrun's summary)
+        ("reason", "String"),  # finished | exception | signal | exit | exit_code
+        ("code", "Int32"),  # signal number (signal), exit code (exit_code), else -1
+        ("detail", "String"),  # exception type and message, signal name, launcher line
+        ("last_step", "Int32"),  # the step the rank was in or last began, -1 if none
+    )
+    + _DELIVERY,
+    order_by=("run_id", "attempt", "rank", "ts_ns"),
+    time_column="ts_ns",
+)
+"""How each rank's process ended, as far as anyone saw: the rank's own hooks (a clean
+close, an uncaught exception, a SIGTERM from the launcher, interpreter exit) and the
+launcher's exit codes. A rank killed outright (SIGKILL, os._exit, a segfault, the OOM
+killer) leaves no hooks row: its records simply stop (analyzer/crash.py)."""
 
 FINDINGS = Table(
     "findings",
@@ -539,6 +563,7 @@ TABLES: dict[str, Table] = {
         COLLECTIVES,
         HOOK_STATS,
         PROGRESS,
+        RANK_ENDS,
         FINDINGS,
         CLOCK_OFFSETS,
         SCHEMA_VERSION_TABLE,
@@ -559,7 +584,15 @@ TABLES: dict[str, Table] = {
 }
 """Every table by name."""
 
-RECORD_TABLES = ("ranks", "steps", "phases", "collectives", "hook_stats", "progress")
+RECORD_TABLES = (
+    "ranks",
+    "steps",
+    "phases",
+    "collectives",
+    "hook_stats",
+    "progress",
+    "rank_ends",
+)
 """Tables the trainer hooks write records for (through the node agent)."""
 
 DELIVERED_TABLES = tuple(n for n, t in TABLES.items() if "batch_id" in t.column_names)

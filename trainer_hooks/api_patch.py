@@ -23,7 +23,7 @@ from typing import Any
 from torch.distributed import _functional_collectives as funcol
 from torch.distributed import distributed_c10d as c10d
 
-from .collective_log import CollectiveLog
+from .collective_log import CollectiveLog, sizes_of
 
 # name -> (op, input param, output param, direction, peer param, group-local peer param)
 _C10D: dict[str, tuple[str, str, str, str, str, str]] = {
@@ -91,76 +91,95 @@ class _Args:
         return self.defaults.get(name)
 
 
-def _c10d_wrapper(log: CollectiveLog, fn: Callable, spec: tuple) -> Callable:
-    op, p_in, p_out, direction, p_peer, p_gpeer = spec
-    lookup, local = _Args(fn), log.local
+def _guarded(
+    log: CollectiveLog,
+    fn: Callable,
+    before: Callable[[tuple, dict, int], Any],
+    after: Callable[[Any, Any, int, int], None],
+) -> Callable:
+    """``fn`` wrapped: ``before(args, kwargs, t0)`` builds the op's record *before* the call
+    (so a rank blocked inside a synchronous collective shows as having entered it), ``fn``
+    runs, then ``after(record, out, t0, t1)`` completes or tracks it. Bookkeeping errors are
+    counted, never raised; nested calls (one API function calling another) record once."""
+    local = log.local
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if getattr(local, "in_api", False):
             return fn(*args, **kwargs)
         t0 = time.time_ns()
+        rec = None
+        try:
+            rec = before(args, kwargs, t0)
+        except Exception as e:  # never let bookkeeping break training
+            log.note_error(e)
         local.in_api = True
         try:
             out = fn(*args, **kwargs)
         finally:
             local.in_api = False
-        t1 = time.time_ns()
-        try:
-            _record_c10d(log, lookup, spec, args, kwargs, out, t0, t1)
-        except Exception as e:  # never let bookkeeping break training
-            log.note_error(e)
+        if rec is not None:
+            try:
+                after(rec, out, t0, time.time_ns())
+            except Exception as e:
+                log.note_error(e)
         return out
 
     return wrapper
 
 
-def _record_c10d(log, lookup, spec, args, kwargs, out, t0: int, t1: int) -> None:
+def _c10d_wrapper(log: CollectiveLog, fn: Callable, spec: tuple) -> Callable:
     op, p_in, p_out, direction, p_peer, p_gpeer = spec
-    group = lookup.get("group", args, kwargs) or c10d._get_default_group()
-    if group is c10d.GroupMember.NON_GROUP_MEMBER:
-        return
-    info = log.groups.by_group(group)
-    peer = -1
-    if direction:
-        peer = lookup.get(p_peer, args, kwargs)
-        if peer is None:
-            peer = info.global_rank(lookup.get(p_gpeer, args, kwargs) or 0)
-    x_in, x_out = lookup.get(p_in, args, kwargs), lookup.get(p_out, args, kwargs)
-    rec = log.issue(op, info, int(peer), direction, x_in, x_out, t0)
-    if isinstance(out, c10d.Work):  # async: completed by the Work
-        log.track_work(rec, out)
-    else:  # synchronous: the call blocked until the op completed
-        rec["wait_ns"] = t1 - t0
-        log.clock.total_ns += t1 - t0
-        log.complete(rec, t1)
+    lookup = _Args(fn)
+
+    def before(args: tuple, kwargs: dict, t0: int) -> dict | None:
+        group = lookup.get("group", args, kwargs) or c10d._get_default_group()
+        if group is c10d.GroupMember.NON_GROUP_MEMBER:
+            return None
+        info = log.groups.by_group(group)
+        peer = -1
+        if direction:
+            peer = lookup.get(p_peer, args, kwargs)
+            if peer is None:
+                peer = info.global_rank(lookup.get(p_gpeer, args, kwargs) or 0)
+        x_in, x_out = lookup.get(p_in, args, kwargs), lookup.get(p_out, args, kwargs)
+        rec = log.issue(op, info, int(peer), direction, x_in, x_out, t0)
+        log.enter_call(rec)
+        return rec
+
+    def after(rec: dict, out: Any, t0: int, t1: int) -> None:
+        log.leave_call(rec)
+        if isinstance(out, c10d.Work):  # async: completed by the Work
+            log.track_work(rec, out)
+        else:  # synchronous: the call blocked until the op completed
+            rec["wait_ns"] = t1 - t0
+            log.clock.total_ns += t1 - t0
+            log.complete(rec, t1)
+
+    return _guarded(log, fn, before, after)
 
 
 def _functional_wrapper(log: CollectiveLog, fn: Callable, op: str) -> Callable:
-    lookup, local = _Args(fn), log.local
+    lookup = _Args(fn)
     p_in = "inputs" if "inputs" in lookup.index else "self"
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if getattr(local, "in_api", False):
-            return fn(*args, **kwargs)
-        t0 = time.time_ns()
-        local.in_api = True
-        try:
-            out = fn(*args, **kwargs)
-        finally:
-            local.in_api = False
-        try:
-            group = lookup.get("group", args, kwargs)
-            name = funcol._resolve_group_name(group, lookup.get("tag", args, kwargs) or "")
-            info = log.groups.by_name(name)
-            rec = log.issue(op, info, -1, "", lookup.get(p_in, args, kwargs), out, t0)
-            log.track_output(rec, out)
-        except Exception as e:
-            log.note_error(e)
-        return out
+    def before(args: tuple, kwargs: dict, t0: int) -> dict:
+        group = lookup.get("group", args, kwargs)
+        name = funcol._resolve_group_name(group, lookup.get("tag", args, kwargs) or "")
+        info = log.groups.by_name(name)
+        rec = log.issue(op, info, -1, "", lookup.get(p_in, args, kwargs), None, t0)
+        log.enter_call(rec)
+        return rec
 
-    return wrapper
+    def after(rec: dict, out: Any, t0: int, t1: int) -> None:
+        log.leave_call(rec)
+        if not rec["numel_out"]:
+            rec["numel_out"], b_out, dtype = sizes_of(out)
+            rec["bytes"] = max(rec["bytes"], b_out)
+            rec["dtype"] = rec["dtype"] or dtype
+        log.track_output(rec, out)
+
+    return _guarded(log, fn, before, after)
 
 
 def _importers(fn: Any) -> list[tuple[Any, str]]:

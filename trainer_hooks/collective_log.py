@@ -88,6 +88,8 @@ class CollectiveLog:
         self._by_work: dict[int, tuple[Any, dict[str, Any]]] = {}
         self._no_future: list[tuple[dict[str, Any], Any]] = []
         self._done: collections.deque[dict[str, Any]] = collections.deque()
+        self._in_call: dict[int, dict[str, Any]] = {}
+        """Records of the API calls now running (a synchronous collective blocks inside)."""
         self.progress: dict[tuple[str, str, int], list[Any]] = {}
         """(group_id, direction, peer) -> [group_ranks, issued, completed, last_op, last_issue_ns]."""
 
@@ -120,6 +122,14 @@ class CollectiveLog:
             "dtype": dtype or dtype_out, "numel_in": n_in, "numel_out": n_out,
             "bytes": max(b_in, b_out), "enqueue_ns": t0, "start_ns": t0, "end_ns": 0, "wait_ns": 0,
         }  # fmt: skip
+
+    def enter_call(self, rec: dict[str, Any]) -> None:
+        """The training thread is inside the API call that issued ``rec``."""
+        self._in_call[id(rec)] = rec
+
+    def leave_call(self, rec: dict[str, Any]) -> None:
+        """The API call that issued ``rec`` returned."""
+        self._in_call.pop(id(rec), None)
 
     def _completed(self, rec: dict[str, Any]) -> None:
         direction = rec["op"] if rec["op"] in ("send", "recv") else ""
@@ -215,11 +225,13 @@ class CollectiveLog:
         self.drain()
         pending = {id(r): r for r in self._by_tensor.values()}
         pending.update({id(r): r for r, _ in self._no_future})
+        pending.update(dict(self._in_call))
         pending.update({id(r): r for _, r in self._by_work.values() if r["end_ns"] == 0})
         pending = {k: r for k, r in pending.items() if r["end_ns"] == 0}
         self._by_tensor.clear()
         self._no_future.clear()
         self._by_work.clear()
+        self._in_call.clear()
         for rec in pending.values():
             self.emit(rec)
         self.drain()

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import socket
+import threading
 import time
 import warnings
 from typing import Any
@@ -33,6 +34,7 @@ from .collective_log import BlockedClock, CollectiveLog
 from .collectives import DispatchRecorder
 from .completeness import DispatchCounter, write_counts
 from .config import HooksConfig
+from .exits import ExitRecorder, crash_stack_path
 from .flight_recorder import DumpOnRequest
 from .gc_pauses import GcRecorder
 from .spool import SpoolWriter, spool_path
@@ -193,6 +195,9 @@ class Hooks:
         ]
         self._gc = GcRecorder(self._put, lambda: self._step)
         self._undo.append(self._gc.install())
+        self._finished = threading.Lock()
+        self._exits = ExitRecorder(self._end_on_exit, crash_stack_path(path, self.rank))
+        self._undo.append(self._exits.install())
         self._mode = DispatchRecorder(self._log) if config.level == "detailed" else None
         if self._mode is not None:
             self._mode.__enter__()
@@ -239,6 +244,41 @@ class Hooks:
     def _put_run(self, status: str) -> None:
         if self._run_record is not None:
             self._put({**self._run_record, "status": status, "updated_ns": time.time_ns()})
+
+    def _end_on_exit(self, reason: str, code: int, detail: str) -> None:
+        """ExitRecorder's callback: the process is ending without ``close()``."""
+        self._finish("finished" if reason == "exit" else "failed", reason, code, detail)
+
+    def _finish(self, status: str, reason: str, code: int, detail: str) -> None:
+        """Write what is in flight (``end_ns`` 0), a last progress snapshot, the stats,
+        this rank's ``rank_ends`` record and (rank 0) the run's status, then close the
+        spool. Once; from any thread (a SIGTERM watcher may race the training thread)."""
+        if not self._finished.acquire(blocking=False):
+            return
+        for write in (
+            self._log.flush,
+            lambda: [self._put(r) for r in self._log.progress_records(self._step)],
+            self._put_stats,
+            lambda: self._put(
+                {
+                    "t": "rank_ends",
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "ts_ns": time.time_ns(),
+                    "source": "hooks",
+                    "reason": reason,
+                    "code": int(code),
+                    "detail": detail,
+                    "last_step": int(self._step),
+                }
+            ),
+            lambda: self._put_run(status),
+        ):
+            try:
+                write()
+            except Exception as e:  # concurrent with training: keep going, count it
+                self._log.note_error(e)
+        self._spool.close()
 
     # ------------------------------------------------------------------ public API
     @property
@@ -293,12 +333,7 @@ class Hooks:
                     pass
         for undo in reversed(self._undo):
             undo()
-        self._log.flush()
-        for record in self._log.progress_records(self._step):
-            self._put(record)
-        self._put_stats()
-        self._put_run(status)
-        self._spool.close()
+        self._finish(status, "finished", 0, "")
         if self._counter is not None:
             path = os.path.join(os.path.dirname(self._spool.path), f"counts-rank{self.rank}.json")
             write_counts(path, dict(self._hook_counts), dict(self._hook_ops), self._counter)

@@ -1,0 +1,110 @@
+"""How a rank's process ends, as its own hooks record it (trainer_hooks/exits.py)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.spool import read_spool
+
+WORKER = os.path.join(os.path.dirname(__file__), "workers", "rank_end.py")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(tmp_path, rank: int, world: int, mode: str, port: int) -> subprocess.Popen:
+    args = [sys.executable, WORKER, str(tmp_path), "ends", str(port), str(rank), str(world), mode]
+    return subprocess.Popen(
+        args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _run_alone(tmp_path, mode: str) -> subprocess.CompletedProcess:
+    args = [sys.executable, WORKER, str(tmp_path), "ends", str(_port()), "0", "1", mode]
+    return subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=120)
+
+
+def test_sigterm_while_blocked_in_a_collective_is_recorded_and_still_kills(tmp_path):
+    port = _port()
+    procs = [_start(tmp_path, r, 2, "blocked", port) for r in (0, 1)]
+    try:
+        # rank 1 never joins: wait until rank 0 is inside the all_reduce
+        assert procs[0].stdout.readline().strip() == "entering"
+        deadline = time.monotonic() + 60
+        blocked = False
+        while time.monotonic() < deadline and not blocked:
+            time.sleep(0.5)
+            prog = read_spool(str(tmp_path)).get("progress")
+            if prog is not None and not prog.empty:
+                r0 = prog[(prog["rank"] == 0) & (prog["direction"] == "")]
+                blocked = bool((r0["issued_seq"] > r0["completed_seq"]).any())
+        # the progress snapshot shows the rank as having entered the op it is stuck in
+        assert blocked, "rank 0's progress never showed the blocking all_reduce as entered"
+        t0 = time.monotonic()
+        procs[0].send_signal(signal.SIGTERM)
+        rc = procs[0].wait(30)
+        took = time.monotonic() - t0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    assert rc == -signal.SIGTERM  # dies of the signal, as without the hooks
+    assert took < 10
+    frames = read_spool(str(tmp_path))
+    ends = frames["rank_ends"]
+    assert ends[["rank", "reason", "code", "detail", "last_step"]].to_dict("records") == [
+        {"rank": 0, "reason": "signal", "code": 15, "detail": "SIGTERM", "last_step": 1}
+    ]
+    c = frames["collectives"]
+    stuck = c[(c["rank"] == 0) & (c["end_ns"] == 0)]
+    assert list(stuck["op"]) == ["all_reduce"] and list(stuck["numel_in"]) == [4096]
+    assert list(stuck["step"]) == [1]
+
+
+@pytest.mark.parametrize(
+    ("mode", "rc", "reason", "detail"),
+    [
+        ("raise", 1, "exception", "RuntimeError: boom in step 1"),
+        ("clean", 0, "finished", ""),
+    ],
+)
+def test_exception_and_clean_close_are_recorded(tmp_path, mode, rc, reason, detail):
+    out = _run_alone(tmp_path, mode)
+    assert out.returncode == rc, out.stderr[-3000:]
+    ends = read_spool(str(tmp_path))["rank_ends"]
+    assert ends[["reason", "detail"]].to_dict("records") == [{"reason": reason, "detail": detail}]
+    runs = read_spool(str(tmp_path))["runs"]
+    assert runs["status"].iloc[-1] == ("finished" if mode == "clean" else "failed")
+    if mode == "raise":
+        assert "boom in step 1" in out.stderr  # the script's own traceback still printed
+    assert glob.glob(str(tmp_path / "ends" / "a0" / "crash-*.txt")) == []
+
+
+def test_a_process_killed_outright_records_nothing_after_its_last_step(tmp_path):
+    out = _run_alone(tmp_path, "exit")
+    assert out.returncode == 17
+    frames = read_spool(str(tmp_path))
+    assert "rank_ends" not in frames or frames["rank_ends"].empty
+    assert list(frames["steps"]["step"]) == [0]
+
+
+def test_a_fatal_signal_leaves_the_python_stacks(tmp_path):
+    out = _run_alone(tmp_path, "abort")
+    assert out.returncode == -signal.SIGABRT
+    (crash,) = glob.glob(str(tmp_path / "ends" / "a0" / "crash-rank00000-*.txt"))
+    text = open(crash).read()
+    assert "Fatal Python error: Aborted" in text
+    assert "rank_end.py" in text and "line" in text
