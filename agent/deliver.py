@@ -30,6 +30,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ranksight.store import Store, StoreError, schema
+from ranksight.store.cluster import shard_groups
 
 from .buffer import SealedBatch
 
@@ -54,12 +55,18 @@ def piece_id(uid: int, table: str, partition: int) -> int:
 
 
 def pieces(store: Store, table: str, uid: int, rows: pa.Table) -> list[tuple[int, pa.Table]]:
-    """``rows`` split by the store's partition key, each with its :func:`piece_id`."""
+    """``rows`` split by the store's partition key (and, on a cluster, by sharding-key
+    value, so that each piece lands on one shard as one part), each with its
+    :func:`piece_id`."""
     spec = schema.table(table)
     keys = None
     if spec.time_column and spec.time_column in rows.column_names:
         times = pd.DataFrame({spec.time_column: rows.column(spec.time_column).to_numpy()})
         keys = store.partitions(table, times)
+    shard = store.shard_column(table)
+    if shard and shard in rows.column_names:  # a cluster: one piece per shard-key value too
+        groups = shard_groups(rows.column(shard))
+        keys = groups if keys is None else keys * (1 << 32) + groups
     if keys is None or (keys == keys[0]).all():
         return [(piece_id(uid, table, int(keys[0]) if keys is not None else 0), rows)]
     out = []

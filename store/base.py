@@ -110,6 +110,12 @@ class Store(abc.ABC):
         ``None`` when an insert is always one unit. This default: ``None``."""
         return None
 
+    def shard_column(self, table: str) -> str | None:
+        """The column whose value picks the shard a row of ``table`` is stored on (a
+        cluster's sharding key, ``store/cluster.py``): rows of one insert with several
+        values land as several parts, one per shard. This default: None (one store)."""
+        return None
+
     def stored_batches(self, table: str, batch_ids: Sequence[int]) -> dict[int, int]:
         """Rows stored in ``table`` per batch id of ``batch_ids`` (ids with no rows are
         left out). Raises StoreError."""

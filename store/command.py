@@ -6,6 +6,7 @@ import typer
 
 from ranksight.store import StoreError, open_store
 from ranksight.store.migrate import migrate, plan_migration
+from ranksight.store.schema import SCHEMA_VERSION
 from ranksight.store.url import default_store_url, refuse_password
 
 db = typer.Typer(no_args_is_help=True, help="The store's schema: version and migration.")
@@ -32,3 +33,53 @@ def migrate_command(
     )
     if plan.needed and not dry_run:
         typer.echo("done")
+
+
+@db.command("init")
+def init_command(
+    store: str = typer.Option(
+        None, "--store", help="store URL (default $RANKSIGHT_STORE or ./.ranksight/store)"
+    ),
+    cluster: str = typer.Option(
+        None,
+        "--cluster",
+        help="a cluster of the server's <remote_servers>: local tables on every node, "
+        "Distributed tables on top (see deploy/clickhouse/cluster/)",
+    ),
+    replicated: bool = typer.Option(
+        None,
+        "--replicated/--no-replicated",
+        help="ReplicatedMergeTree local tables (needs ZooKeeper/Keeper); default: when a "
+        "shard has several replicas",
+    ),
+    dry_run: bool = typer.Option(False, help="print what would be done, change nothing"),
+) -> None:
+    """Create the store's tables (on every node of --cluster), or add what is missing."""
+    from ranksight.store.cluster import init_cluster
+    from ranksight.store.ddl import check_identifier
+
+    try:
+        refuse_password(store)
+        s = open_store(store or default_store_url())
+        if cluster is None:
+            s.prepare()
+            plan = plan_migration(s) if dry_run else migrate(s)
+            typer.echo(
+                plan.describe()
+                if plan.needed
+                else f"{plan.url}: up to date (version {plan.found_version})"
+            )
+            return
+        check_identifier(cluster)
+        if not hasattr(s, "sibling"):
+            raise StoreError(f"{s.url}: --cluster needs a ClickHouse server store (clickhouse://)")
+        done = init_cluster(s, cluster, replicated, dry_run=dry_run)
+    except ValueError as exc:
+        typer.echo(f"error: --cluster: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except StoreError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(done.describe())
+    if not dry_run:
+        typer.echo(f"done: {len(done.statements)} nodes at schema version {SCHEMA_VERSION}")
