@@ -11,6 +11,14 @@ if ! command -v clickhouse-server >/dev/null && [ ! -x /usr/sbin/clickhouse-serv
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clickhouse-server >/dev/null
 fi
 
+# Debian's ZooKeeper (with a Java runtime) for the replicated-cluster test
+# (tests/test_cluster_replicated.py starts its own on a loopback port)
+if [ ! -x /usr/share/zookeeper/bin/zkServer.sh ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends zookeeper >/dev/null
+fi
+
 # Debian's Chromium for the web UI's browser test (Playwright drives the system binary;
 # it cannot download its own browsers here)
 if [ ! -x /usr/bin/chromium ]; then
