@@ -38,3 +38,36 @@ def test_unreachable_store_and_bad_port_fail_with_one_line():
     assert out.returncode == 1 and len(errors) == 1 and "127.0.0.1:1" in errors[0]
     out = ui("--store", os.devnull, "--port", "70000")
     assert out.returncode == 2 and "--port must be 1-65535" in out.stderr
+
+
+def test_sigterm_stops_the_streamlit_server_too(tmp_path):
+    import socket
+    import time
+    import urllib.request
+
+    import psutil
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-m", "ranksight.cli", "ui", "--store", str(store), "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children = []
+    try:
+        for _ in range(120):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.5)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children, "ranksight ui started no server"
+        proc.terminate()  # SIGTERM, as systemd or kill sends
+        proc.wait(60)
+        gone, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, [p.pid for p in alive]
+    finally:
+        for p in [*children, psutil.Process(proc.pid)] if proc.poll() is None else children:
+            if p.is_running():
+                p.kill()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -69,10 +70,23 @@ def child_env(cfg: LaunchConfig) -> dict[str, str]:
 
 
 def serve(cfg: LaunchConfig) -> int:
-    """Run the server in the foreground until it exits or Ctrl-C; returns its exit code."""
+    """Run the server in the foreground until it exits, Ctrl-C or SIGTERM (which stop
+    the server too, so a stopped ``ranksight ui`` leaves no server behind); returns its
+    exit code."""
     proc = subprocess.Popen(streamlit_command(cfg), env=child_env(cfg))
+
+    def _stop(signum, frame) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, _stop)
     try:
         return proc.wait()
     except KeyboardInterrupt:
         proc.terminate()
-        return proc.wait()
+        try:
+            return proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
