@@ -12,6 +12,7 @@ from .findings import Finding
 from .groups import group_axes
 from .hang import find_hang
 from .hang_finding import hang_finding
+from .imported import is_imported, postmortem, replay_impacts
 from .more_findings import desync_findings, nan_findings, slow_comm_findings
 from .queries import RunData
 from .straggler import StragglerConfig, find_slow_ranks
@@ -98,6 +99,12 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
     Returns an Analysis whose findings are ordered by impact (largest first)."""
     cfg = cfg or StragglerConfig()
     notes: list[str] = []
+    imported = is_imported(data.run)
+    if imported and not data.ranks.empty and data.steps.empty:
+        coords = _coords(data.ranks)
+        findings, notes = postmortem(data, coords)
+        findings = desync_findings(data.mismatches, coords) + findings
+        return Analysis(data.run_id, data.attempt, findings, 0, 0.0, notes)
     if data.ranks.empty or data.steps.empty:
         notes.append("no step records: nothing to analyze yet")
         return Analysis(data.run_id, data.attempt, [], 0, 0.0, notes)
@@ -112,12 +119,18 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
         if s not in culprits:
             notes.append(f"rank {s.rank} looked slow but mostly waited for another slow rank")
     findings = [_finding(s, data, coords, st, waits) for s in culprits]
+    if imported:
+        findings, more = replay_impacts(findings, data, coords)
+        notes += more
     med_ms = float(analyzed.median()) / _MS if not analyzed.empty else 0.0
     findings += slow_comm_findings(data.transfer, data.groups, axes, coords, med_ms, cfg.skip_steps)
     findings += desync_findings(data.mismatches, coords)
     findings += nan_findings(data.steps, coords)
     findings.sort(key=lambda f: -f.impact_pct)
-    if data.run.get("status") != "finished" and not data.progress.empty:
+    if imported:
+        found, more = postmortem(data, coords)
+        findings, notes = found + findings, notes + more
+    elif data.run.get("status") != "finished" and not data.progress.empty:
         report = find_hang(data.progress, int(data.steps["end_ns"].max()))
         if report is not None:
             findings.insert(0, hang_finding(report, coords))

@@ -139,6 +139,22 @@ FROM collectives WHERE {_RUN}
 GROUP BY group_id
 """
 
+STACKS = f"""
+SELECT rank, argMax(summary, ts_ns) AS stack_summary
+FROM stacks WHERE {_RUN} AND ok = 1
+GROUP BY rank ORDER BY rank
+"""
+
+OPS_PHASES = f"""
+SELECT rank, step, phase, microbatch, stage, start_ns, end_ns, wait_ns
+FROM phases WHERE {_RUN}
+"""
+
+OPS_COLLECTIVES = f"""
+SELECT rank, step, group_id, group_ranks, group_seq, op, peer, enqueue_ns, start_ns, end_ns
+FROM collectives WHERE {_RUN}
+"""
+
 FINDINGS = """
 SELECT * FROM findings
 WHERE run_id = %(run_id)s AND attempt = %(attempt)s
@@ -166,6 +182,11 @@ class RunData:
     transfer: pd.DataFrame = field(default_factory=pd.DataFrame)
     mismatches: pd.DataFrame = field(default_factory=pd.DataFrame)
     procs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    stacks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """Each rank's latest good stack dump: rank, stack_summary (``STACKS``)."""
+    fetch_ops: Callable[[], tuple[pd.DataFrame, pd.DataFrame]] | None = None
+    """Loads the raw ``(phases, collectives)`` rows for the what-if replay (``whatif.py``);
+    None where not available."""
     fetch_waits: Callable[[list[int]], tuple[pd.DataFrame, pd.DataFrame]] | None = None
     """Loads ``(arrivals, p2p)`` for the given holder ranks from the store; None: the
     frames above already hold every rank's."""
@@ -230,7 +251,17 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
         fetch_waits=lambda holders: fetch_waits(store, p, holders),
         mismatches=_query(store, desync.MISMATCHES, p),
         procs=_query(store, causes.PROCS, p),
+        stacks=_stacks(store, p),
+        fetch_ops=lambda: (_query(store, OPS_PHASES, p), _query(store, OPS_COLLECTIVES, p)),
     )
+
+
+def _stacks(store: Store, params: dict) -> pd.DataFrame:
+    """STACKS, or an empty frame for a store made before the ``stacks`` table."""
+    try:
+        return _query(store, STACKS, params)
+    except StoreError:
+        return pd.DataFrame(columns=["rank", "stack_summary"])
 
 
 def fetch_waits(

@@ -17,7 +17,8 @@ import pandas as pd
 
 from .peers import loo_median, sustained_onset
 
-COMPUTE_PHASES = ("forward", "backward", "optimizer")
+COMPUTE_PHASES = ("forward", "backward", "optimizer", "gpu_compute")
+"""``gpu_compute``: GPU kernel time per step, from imported profiler traces."""
 DATA_PHASES = ("data_wait",)
 
 

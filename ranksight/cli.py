@@ -215,6 +215,10 @@ def _register_extra_commands() -> None:
     app.command("stacks")(stacks)
     app.command("fr-import")(fr_import)
 
+    from ranksight.importer.command import import_cmd
+
+    app.command("import")(import_cmd)
+
 
 _register_extra_commands()
 

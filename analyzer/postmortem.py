@@ -1,0 +1,188 @@
+"""Hangs and desyncs from what a stopped job left behind (Flight Recorder dumps, watchdog
+logs, NCCL debug logs, py-spy dumps), once imported (``ranksight import``).
+
+Unlike the live hang analysis (``hang.py``), which watches progress stop, these are one
+snapshot per rank, and with NCCL every rank has work queued that never completed. So:
+
+- **Stopped completing**: a rank that issued op ``n`` of a group, which some other member
+  completed while it did not, stopped completing work (a GPU error, a dead stream): a
+  collective completes on all members at about the same time. This names a rank that
+  queued the next collectives normally and looks healthy by what it enqueued. (NVIDIA's
+  Flight Recorder analysis compares what was enqueued; completion is what tells here.)
+- **Never entered**: with no such rank, the members that issued fewer ops of a group
+  than the others (the first op they are missing is where everyone else waits).
+- **Odd stack out**: among py-spy dumps, the ranks whose main-thread stack differs from
+  the majority's; the stack says why (data loader, checkpoint, a collective...).
+
+A rank with no artifact at all is never blamed: the notes say what cannot be decided
+about it. P2P groups (``direction`` "p2p") are left out: their members do not issue in
+lockstep.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .findings import Finding
+
+_NO_COORDS = {"dp": -1, "tp": -1, "pp": -1, "host": ""}
+STACK_CAUSES = (
+    ("data_loader", ("torch/utils/data", "dataloader", "_next_data", "DataLoader")),
+    ("checkpoint", ("checkpoint", "torch/serialization", "save_state_dict")),
+    ("communication", ("distributed_c10d", "all_reduce", "barrier", "all_gather", "broadcast")),
+    ("gc", ("gc.collect",)),
+)
+"""Stack keywords -> cause, first match wins (innermost frames first)."""
+
+
+def _members(text: str) -> list[int]:
+    return [int(x) for x in str(text).split(",") if x.strip().lstrip("-").isdigit()]
+
+
+def stopped_completing(latest: pd.DataFrame) -> dict[int, dict]:
+    """rank -> {group_id, seq, op, completed_by} for ranks that issued an op another member
+    completed but did not complete it themselves (first such group by sequence)."""
+    out: dict[int, dict] = {}
+    coll = latest[latest["direction"] == ""]
+    for gid, rows in coll.groupby("group_id"):
+        done = dict(zip(rows["rank"].astype(int), rows["completed"].astype(int), strict=True))
+        issued = dict(zip(rows["rank"].astype(int), rows["issued"].astype(int), strict=True))
+        for r, c in done.items():
+            others = {m: d for m, d in done.items() if m != r}
+            n = c + 1
+            if n > issued[r] or not others or max(others.values()) < n:
+                continue
+            by = sorted(m for m, d in others.items() if d >= n)
+            op = rows.loc[rows["rank"] == r, "op"].iloc[0]
+            if r not in out or out[r]["seq"] > n:
+                out[r] = {"group_id": gid, "seq": n, "op": op, "completed_by": by,
+                          "own_completed": c, "own_issued": issued[r]}  # fmt: skip
+    return out
+
+
+def never_entered(latest: pd.DataFrame, with_evidence: set[int]) -> tuple[dict[int, dict], dict]:
+    """(rank -> {group_id, seq, waiting}, undecided group -> ranks without evidence):
+    members of a group that issued fewer ops than the most any member issued. Members with
+    no row but with other evidence (a log, a dump) issued nothing; members with no
+    evidence at all are undecided."""
+    out: dict[int, dict] = {}
+    undecided: dict[str, list[int]] = {}
+    coll = latest[latest["direction"] == ""]
+    for gid, rows in coll.groupby("group_id"):
+        issued = dict(zip(rows["rank"].astype(int), rows["issued"].astype(int), strict=True))
+        top = max(issued.values())
+        for m in _members(rows["members"].iloc[0]):
+            if m not in issued:
+                if m in with_evidence:
+                    issued[m] = -1
+                else:
+                    undecided.setdefault(gid, []).append(m)
+        waiting = sorted(r for r, n in issued.items() if n == top)
+        done = rows.loc[rows["issued"] == top, "completed"]
+        stuck_at = int(done.min()) + 1 if len(done) else 0  # the op the others wait in
+        for r, n in issued.items():
+            seq = max(n + 1, stuck_at)
+            if n < top and (r not in out or out[r]["seq"] > seq):
+                out[r] = {"group_id": gid, "seq": seq, "issued": n, "others_issued": top,
+                          "waiting": waiting}  # fmt: skip
+    return out, undecided
+
+
+def stack_cause(summary: str) -> str:
+    """Cause read from a stack summary (:data:`STACK_CAUSES`), else ``stuck``."""
+    for cause, words in STACK_CAUSES:
+        if any(w in summary for w in words):
+            return cause
+    return "stuck"
+
+
+def odd_stacks(stacks: pd.DataFrame) -> dict[int, dict]:
+    """rank -> {stack, cause, majority_ranks, majority_stack} for ranks whose main-thread
+    stack differs from the one most ranks share (only when that majority is larger than
+    all the others together)."""
+    from ranksight.agent.stacks import main_thread
+
+    if stacks.empty:
+        return {}
+    main = {
+        int(r): main_thread(s) for r, s in zip(stacks["rank"], stacks["stack_summary"], strict=True)
+    }
+    groups: dict[str, list[int]] = {}
+    for r, s in main.items():
+        groups.setdefault(s, []).append(r)
+    if len(groups) < 2:
+        return {}
+    top, members = max(groups.items(), key=lambda kv: len(kv[1]))
+    if len(members) * 2 <= len(main):
+        return {}
+    return {
+        r: {"stack": s, "cause": stack_cause(s), "majority_ranks": sorted(members),
+            "majority_stack": top, "majority_cause": stack_cause(top)}
+        for s, rs in groups.items() if s != top for r in rs
+    }  # fmt: skip
+
+
+def _finding(
+    rank: int, coords: pd.DataFrame, cause: str, summary: str, evidence: dict, conf: float
+) -> Finding:
+    c = coords.loc[rank].to_dict() if rank in coords.index else dict(_NO_COORDS)
+    return Finding(kind="hang", cause=cause, culprit_rank=int(rank), host=str(c["host"]),
+                   dp=int(c["dp"]), tp=int(c["tp"]), pp=int(c["pp"]), confidence=conf,
+                   impact_pct=100.0, summary=summary, evidence=evidence)  # fmt: skip
+
+
+def postmortem_findings(
+    latest: pd.DataFrame, stacks: pd.DataFrame, coords: pd.DataFrame, world_size: int
+) -> tuple[list[Finding], list[str]]:
+    """Hang findings and notes from imported snapshots (see the module doc).
+    ``latest``: ``hang.LATEST``'s frame; ``stacks``: rank, stack_summary; ``coords``: rank
+    -> dp, tp, pp, host of every rank with any artifact."""
+    have = set(int(r) for r in coords.index)
+    findings: list[Finding] = []
+    notes: list[str] = []
+    stack_of = odd_stacks(stacks)
+    stopped = stopped_completing(latest) if not latest.empty else {}
+    behind, undecided = never_entered(latest, have) if not latest.empty else ({}, {})
+    for r, e in sorted(stopped.items()):
+        summary = (
+            f"rank {r} stopped completing work: it issued {e['op'] or 'op'} #{e['seq']} in "
+            f"{e['group_id']}, which ranks {e['completed_by']} completed, but its own last "
+            f"completed op is #{e['own_completed']} (issued up to #{e['own_issued']}); a GPU "
+            "or communicator failure on this rank, not a missing call"
+        )
+        findings.append(_finding(r, coords, "stopped_completing", summary, e, 0.85))
+    if not stopped:
+        for r, e in sorted(behind.items()):
+            stack = stack_of.pop(r, None)
+            cause = stack["cause"] if stack else "stuck"
+            got = f"issued up to #{e['issued']}" if e["issued"] >= 0 else "reported none of it"
+            summary = (
+                f"rank {r} never entered op #{e['seq']} of {e['group_id']} ({got}, "
+                f"the others up to #{e['others_issued']}); ranks {e['waiting']} "
+                "wait in it" + (f"; its stack: {stack['stack']}" if stack else "")
+            )
+            findings.append(_finding(r, coords, cause, summary, {**e, "stack": stack}, 0.8))
+    for r, s in sorted(stack_of.items()):
+        if any(f.culprit_rank == r for f in findings):
+            continue
+        summary = (
+            f"rank {r}'s stack differs from the {len(s['majority_ranks'])} others' "
+            f"({s['majority_cause']}): it is in {s['cause']}: {s['stack']}"
+        )
+        findings.append(_finding(r, coords, s["cause"], summary, s, 0.7))
+    snapshots = not latest.empty or not stacks.empty
+    missing = (
+        sorted(set(range(world_size)) - have) if snapshots and 0 < world_size <= 100_000 else []
+    )
+    if missing:
+        notes.append(
+            f"no artifact from ranks {_span(missing)} of {world_size}: whether they issued or "
+            "completed their ops cannot be decided; the findings rest on the other ranks"
+        )
+    for gid, ranks in sorted(undecided.items())[:20]:
+        notes.append(f"{gid}: members {_span(sorted(ranks))} left nothing, undecided there")
+    return findings, notes
+
+
+def _span(ranks: list[int]) -> str:
+    return ",".join(map(str, ranks[:32])) + (f",... ({len(ranks)})" if len(ranks) > 32 else "")

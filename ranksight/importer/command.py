@@ -1,0 +1,83 @@
+"""``ranksight import PATH...``: artifacts of a job that was never hooked -> a run, then
+the report on it (registered in ``ranksight/cli.py``)."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+
+def import_cmd(
+    paths: list[str] = typer.Argument(
+        ...,
+        help="files, folders or archives: Flight Recorder dumps, Kineto traces, watchdog or "
+        "NCCL_DEBUG logs, py-spy dumps, What-if Analysis parquet traces (kind read from content)",
+    ),
+    run: str = typer.Option(None, "--run", help="run id (default: import-<hash of the paths>)"),
+    attempt: int = typer.Option(0, min=0, help="attempt"),
+    store: str = typer.Option(
+        None, "--store", help="store URL (default $RANKSIGHT_STORE or ./.ranksight/store)"
+    ),
+    memory_mb: int = typer.Option(512, "--memory-mb", min=16, help="memory budget, MiB"),
+    progress: bool = typer.Option(None, help="progress bar (default: when stderr is a terminal)"),
+    report: bool = typer.Option(True, help="analyze the run and print the report"),
+    format: str = typer.Option("text", help="report format: text, json or markdown"),
+) -> None:
+    """Import what a job left behind into a run and report on it (exit 3: a culprit found,
+    1: nothing could be imported)."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+    from ranksight import report as rep
+    from ranksight.cli import _fail, _open, analysis_run, emit, err
+    from ranksight.store import StoreError
+
+    from .run import ImportConfig, import_paths
+
+    if format not in rep.FORMATS:
+        _fail(f"--format must be one of {', '.join(rep.FORMATS)}, got {format!r}", 2)
+    try:
+        cfg = ImportConfig(run_id=run, attempt=attempt, memory_mb=memory_mb)
+    except ValueError as e:
+        _fail(str(e), 2)
+    s = _open(store)
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = Progress(
+        "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+        TransferSpeedColumn(), console=err, disable=not show, transient=True,
+    )  # fmt: skip
+    with bar:
+        task = bar.add_task("importing", total=None)
+
+        def tick(done: int, total: int, path: str) -> None:
+            bar.update(task, completed=done, total=total, description=path[-40:])
+
+        try:
+            result = import_paths(s, paths, cfg, tick)
+        except FileNotFoundError as e:
+            _fail(str(e), 2)
+        except StoreError as e:
+            _fail(str(e))
+    out = sys.stdout if format == "text" else sys.stderr  # keep json/markdown clean
+    for f in result.files:
+        line = (
+            f"{f.path}: {f.kind or '-'}{'' if f.rank is None else f' rank {f.rank}'}: {f.message}"
+        )
+        if f.ok:
+            print(line, file=out)
+        else:
+            err.print(f"[red]error:[/] {line}", markup=True, highlight=False)
+    if not result.imported:
+        _fail("nothing could be imported")
+    counts = ", ".join(f"{n} {t}" for t, n in sorted(result.rows.items()))
+    print(f"run {result.run_id}: {counts}", file=out)
+    if not report:
+        return
+    from ranksight.analyzer import analyze
+
+    try:
+        analysis = analyze(s, result.run_id, result.attempt)
+        emit(analysis, analysis_run(s, result.run_id, analysis.attempt), format)
+    except StoreError as e:
+        _fail(str(e))
+    raise typer.Exit(rep.exit_code(analysis))

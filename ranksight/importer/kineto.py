@@ -1,0 +1,259 @@
+"""PyTorch profiler (Kineto) traces, read as a stream: ``.json`` or ``.json.gz``, any size,
+in memory bounded by the read chunk plus a few numbers per GPU kernel.
+
+A trace is ``{..., "traceEvents": [event, ...], ...}``; events are decoded one at a time
+from a sliding text buffer (``json.JSONDecoder.raw_decode``), so a 200 MB trace never sits
+in memory whole. Keys before and after the event list (``distributedInfo``,
+``baseTimeNanoseconds``) are read from the text around it.
+
+What is kept, per rank (``distributedInfo.rank``, else the file name's number):
+
+- steps: ``ProfilerStep#N`` spans (host time) -> ``steps``;
+- GPU compute: the summed duration of the non-NCCL kernels launched in each step ->
+  one ``phases`` row per step (phase ``gpu_compute``): what the straggler test compares
+  between ranks;
+- NCCL kernels (``ncclKernel_*``, ``ncclDevKernel_*``) -> ``collectives``: op, element
+  count, dtype and process group from the kernel's args where the trace has them
+  (``Collective name``, ``In msg nelems``, ``Process Group Ranks``...); else the op from
+  the kernel name, the group being every imported rank, matched across ranks by order
+  (the n-th ``all_reduce`` kernel of each rank is one collective). Device start is the
+  arrival time the late-arriver test compares.
+
+Times: ``ts``/``dur`` are microseconds; ``baseTimeNanoseconds`` (newer traces) is added.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import io
+import json
+import re
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .rows import Rows, group_id, norm_op, parse_ranks, ranks_text
+
+STEP = re.compile(r"^ProfilerStep#(\d+)$")
+NCCL = ("ncclKernel", "ncclDevKernel")
+
+
+class TraceError(ValueError):
+    """A trace that is not JSON of the Kineto shape, or is cut short."""
+
+
+@dataclass
+class KinetoRank:
+    """What one trace holds for its rank (times in ns)."""
+
+    path: str
+    rank: int | None
+    world_size: int = 0
+    header: dict = field(default_factory=dict)
+    steps: list[tuple[int, int, int]] = field(default_factory=list)  # (step, start, end)
+    compute: array = field(default_factory=lambda: array("d"))  # start, dur, start, dur...
+    nccl: list[tuple] = field(
+        default_factory=list
+    )  # (start, dur, op, nelems_in, nelems_out, dtype, pg_desc, ranks)
+    events: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def open_stream(path: str) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:
+    """(decoded byte stream, raw file) for ``path``, gunzipping by magic number."""
+    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
+    magic = raw.read(2)
+    raw.seek(0)
+    return (gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw), raw
+
+
+def events(
+    path: str, chunk: int = 4 << 20, on_read: Callable[[int], None] | None = None
+) -> Iterator[dict]:
+    """Each event of the trace at ``path``, then one final dict ``{"__top__": {...}}`` with
+    the trace's other keys. ``on_read(n)`` is told of every ``n`` file bytes read (the
+    compressed size for ``.gz``). Raises TraceError for a file that is not a Kineto trace
+    or is truncated (after yielding the events before the damage)."""
+    stream, raw = open_stream(path)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    dec = json.JSONDecoder()
+    last = 0
+
+    def more() -> str:
+        nonlocal last
+        try:
+            data = stream.read(chunk)
+        except (OSError, EOFError) as exc:
+            raise TraceError(f"damaged compressed data ({exc})") from None
+        if on_read:
+            pos = raw.tell()
+            on_read(pos - last)
+            last = pos
+        return decoder.decode(data, final=not data)
+
+    try:
+        buf, eof = "", False
+        while True:
+            m = re.search(r'"traceEvents"\s*:\s*\[', buf)
+            if m:
+                break
+            if eof or len(buf) > 64 << 20:
+                raise TraceError("no 'traceEvents' list: not a Kineto trace")
+            piece = more()
+            eof = not piece
+            buf += piece
+        head = buf[: m.start()].rstrip().rstrip(",")
+        top = _loads(head + "}" if head.strip() != "{" else "{}")
+        pos, buf = 0, buf[m.end() :]
+        while True:
+            while pos < len(buf) and buf[pos] in " \t\r\n,":
+                pos += 1
+            if pos >= len(buf) - 1 and not eof:
+                buf = buf[pos:] + more()
+                pos, eof = 0, False if len(buf) else True
+                if not buf:
+                    eof = True
+                continue
+            if pos < len(buf) and buf[pos] == "]":
+                break
+            if pos >= len(buf):
+                raise TraceError("the file ends inside 'traceEvents' (truncated)")
+            try:
+                obj, end = dec.raw_decode(buf, pos)
+            except ValueError:
+                piece = more() if not eof else ""
+                if not piece:
+                    raise TraceError("the file ends inside 'traceEvents' (truncated)") from None
+                buf = buf[pos:] + piece
+                pos = 0
+                continue
+            pos = end
+            if isinstance(obj, dict):
+                yield obj
+            if pos > chunk:
+                buf, pos = buf[pos:], 0
+        tail = buf[pos + 1 :]
+        while piece := more():
+            tail += piece
+            if len(tail) > 1 << 20:
+                break
+        top.update(
+            _loads("{" + tail.strip().lstrip(",").strip()) if tail.strip() not in ("", "}") else {}
+        )
+        yield {"__top__": top}
+    finally:
+        stream.close()
+        raw.close()
+
+
+def _loads(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def read(path: str, rank: int | None, chunk: int = 4 << 20, on_read=None) -> KinetoRank:
+    """One rank's trace, streamed (see the module doc). Truncation is kept as a problem,
+    with what came before it; a file that is no Kineto trace raises TraceError."""
+    out = KinetoRank(path, rank)
+    try:
+        for ev in events(path, chunk, on_read):
+            if "__top__" in ev:
+                out.header = ev["__top__"]
+                break
+            out.events += 1
+            _take(out, ev)
+    except TraceError as exc:
+        if out.events == 0:
+            raise
+        out.problems.append(f"{exc}; kept the {out.events} events before it")
+    info = out.header.get("distributedInfo") or {}
+    if isinstance(info, dict):
+        if info.get("rank") is not None:
+            out.rank = int(info["rank"])
+        out.world_size = int(info.get("world_size") or 0)
+    return out
+
+
+def _take(out: KinetoRank, ev: dict) -> None:
+    if ev.get("ph") != "X":
+        return
+    name = str(ev.get("name", ""))
+    try:
+        ts, dur = float(ev.get("ts", 0)), float(ev.get("dur", 0))
+    except (TypeError, ValueError):
+        return
+    cat = ev.get("cat")
+    if cat == "kernel":
+        if name.startswith(NCCL):
+            a = ev.get("args") or {}
+            out.nccl.append(
+                (ts, dur, norm_op(str(a.get("Collective name") or name)),
+                 int(a.get("In msg nelems") or 0), int(a.get("Out msg nelems") or 0),
+                 str(a.get("dtype") or "").lower(), str(a.get("Process Group Description") or ""),
+                 str(a.get("Process Group Ranks") or ""))
+            )  # fmt: skip
+        else:
+            out.compute.extend((ts, dur))
+    elif (m := STEP.match(name)) and cat in ("user_annotation", "cpu_op", None):
+        out.steps.append((int(m.group(1)), ts, ts + dur))
+
+
+def rows_of(traces: list[KinetoRank]) -> Rows:
+    """Rows of every rank's trace together (groups without member lists: every rank)."""
+    out = Rows()
+    everyone = sorted({t.rank for t in traces if t.rank is not None})
+    for t in traces:
+        if t.rank is None:
+            continue
+        base = int(t.header.get("baseTimeNanoseconds") or 0)
+
+        def ns(us: float, base: int = base) -> int:
+            return base + int(round(us * 1000))
+
+        world = t.world_size or len(everyone)
+        out.add("ranks", {"rank": t.rank, "world_size": world, "backend": "nccl",
+                          "dp": -1, "tp": -1, "pp": -1})  # fmt: skip
+        steps = sorted(t.steps)
+        starts = np.array([s[1] for s in steps], dtype=float)
+        for step, a, b in steps:
+            out.add("steps", {"rank": t.rank, "step": step, "start_ns": ns(a), "end_ns": ns(b),
+                              "loss": float("nan")})  # fmt: skip
+        if steps:
+            comp = np.frombuffer(t.compute, dtype=float).reshape(-1, 2)
+            idx = np.searchsorted(starts, comp[:, 0], side="right") - 1
+            busy = np.bincount(idx[idx >= 0], weights=comp[idx >= 0, 1], minlength=len(steps))
+            for (step, a, _), us in zip(steps, busy, strict=True):
+                out.add("phases", {"rank": t.rank, "step": step, "phase": "gpu_compute",
+                                   "microbatch": -1, "stage": -1, "start_ns": ns(a),
+                                   "end_ns": ns(a + us), "wait_ns": 0})  # fmt: skip
+        seq: dict[str, int] = {}
+        for ts, dur, op, nin, nout, dtype, desc, ranks_s in sorted(t.nccl):
+            members = parse_ranks(ranks_s) or everyone
+            gid = group_id(desc or f"kineto_{op}", members)
+            seq[gid] = seq.get(gid, -1) + 1
+            k = int(np.searchsorted(starts, ts, side="right") - 1) if steps else -1
+            out.add(
+                "collectives",
+                {"rank": t.rank, "step": steps[k][0] if k >= 0 else -1, "group_id": gid,
+                 "group_ranks": ranks_text(members), "group_seq": seq[gid], "op": op, "peer": -1,
+                 "dtype": dtype, "numel_in": nin, "numel_out": nout, "enqueue_ns": ns(ts),
+                 "start_ns": ns(ts), "end_ns": ns(ts + dur)},
+            )  # fmt: skip
+    return out
+
+
+def comm_time_by_op(traces: list[KinetoRank]) -> dict[str, dict[str, float]]:
+    """Per collective op: kernels and total GPU time (ms) over every trace."""
+    out: dict[str, dict[str, float]] = {}
+    for t in traces:
+        for _, dur, op, *_ in t.nccl:
+            d = out.setdefault(op, {"kernels": 0, "total_ms": 0.0})
+            d["kernels"] += 1
+            d["total_ms"] = round(d["total_ms"] + dur / 1000.0, 3)
+    return out

@@ -1,0 +1,72 @@
+"""py-spy dumps of many ranks, as text (``py-spy dump --pid N``) or JSON (``--json``), into
+``stacks`` rows shaped as the node agent writes them (``summary``: one line per thread,
+innermost frames first; ``stack_json``: py-spy's JSON threads).
+
+Text form::
+
+    Process 52000: /usr/bin/python3 -u train.py
+    Python v3.10.14 (/usr/bin/python3.10)
+
+    Thread 52000 (idle): "MainThread"
+        get (queue.py:180)
+        _try_get_data (torch/utils/data/dataloader.py:1131)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ranksight.collectors.pyspy import summarize
+
+PROCESS = re.compile(r"^Process (?P<pid>\d+):")
+THREAD = re.compile(
+    r'^Thread (?P<tid>0x[0-9A-Fa-f]+|\d+) \((?P<state>[\w+]+)\)(?:: "(?P<name>[^"]*)")?'
+)
+FRAME = re.compile(r"^\s+(?P<name>.+?) \((?P<file>[^()]*?):(?P<line>\d+)\)\s*$")
+FRAME_NOLINE = re.compile(r"^\s+(?P<name>\S.*?) \((?P<file>[^()]*?)\)\s*$")
+
+
+def parse_text(text: str) -> tuple[int, list[dict]]:
+    """(pid, threads in py-spy's JSON shape) of a text dump. Raises ValueError if no
+    ``Thread`` line is found."""
+    pid, threads = 0, []
+    for line in text.splitlines():
+        if m := PROCESS.match(line):
+            pid = int(m.group("pid"))
+        elif m := THREAD.match(line):
+            state = m.group("state")
+            tid = m.group("tid")
+            threads.append(
+                {"thread_name": m.group("name") or "", "os_thread_id": int(tid, 0),
+                 "active": state.startswith("active"), "owns_gil": "gil" in state, "frames": []}
+            )  # fmt: skip
+        elif threads and (m := FRAME.match(line) or FRAME_NOLINE.match(line)):
+            f = m.groupdict()
+            threads[-1]["frames"].append(
+                {"name": f["name"], "filename": f["file"], "short_filename": f["file"],
+                 "line": int(f.get("line") or 0)}
+            )  # fmt: skip
+    if not threads:
+        raise ValueError("no 'Thread N (...)' line: not a py-spy dump")
+    return pid, threads
+
+
+def parse_json(text: str) -> tuple[int, list[dict]]:
+    """(pid, threads) of ``py-spy dump --json`` output (a list of threads, or an object with
+    ``threads``). Raises ValueError for anything else."""
+    data = json.loads(text)
+    threads = data.get("threads") if isinstance(data, dict) else data
+    if not isinstance(threads, list) or not all(isinstance(t, dict) for t in threads):
+        raise ValueError("not py-spy JSON (want a list of threads)")
+    pid = int(data.get("pid", 0)) if isinstance(data, dict) else 0
+    return pid, threads
+
+
+def row_of(rank: int, pid: int, threads: list[dict], host: str, ts_ns: int) -> dict:
+    """The ``stacks`` row of one rank's dump."""
+    return {
+        "rank": rank, "host": host, "pid": pid, "ts_ns": ts_ns, "trigger": "import",
+        "native": 0, "ok": 1, "error": "", "threads": len(threads),
+        "summary": summarize(threads, depth=8), "stack_json": json.dumps(threads), "took_ms": 0.0,
+    }  # fmt: skip

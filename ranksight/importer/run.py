@@ -1,0 +1,342 @@
+"""``import_paths``: artifacts of a job that was never hooked -> one run in the store."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from ranksight.collectors.base import frame
+from ranksight.store import Store
+
+from . import fr, kineto, nccl_debug, pyspy, sources, watchdog, wia
+from .rows import Rows, rank_from_path
+
+HANG_KINDS = ("flight_recorder", "watchdog", "pyspy", "nccl_debug")
+"""Kinds that are left behind by a job that stopped: an import with any is a failed run."""
+_BYTES_PER_ROW = 600
+"""Rough memory of one buffered row (a dict of ~15 fields), for the flush threshold."""
+_INSERT_ROWS = 500_000
+
+
+@dataclass(kw_only=True, slots=True)
+class ImportConfig:
+    """How to import."""
+
+    run_id: str | None = None
+    """Run to file the artifacts under; None: ``import-<hash of the inputs>``. Importing
+    into an existing run adds to it (several kinds of artifact of one job)."""
+    attempt: int = 0
+    memory_mb: int = 512
+    """Memory budget (MiB) for rows held before they are written and for trace read
+    buffers (Kineto traces are read in chunks of a sixteenth of it, 1-64 MiB)."""
+    host: str = ""
+    """Host name put on rows whose artifact does not say (default: none, "")."""
+
+    def __post_init__(self) -> None:
+        if self.memory_mb < 16:
+            raise ValueError(f"memory_mb must be >= 16, got {self.memory_mb}")
+        if self.attempt < 0:
+            raise ValueError(f"attempt must be >= 0, got {self.attempt}")
+
+    @property
+    def chunk_bytes(self) -> int:
+        """Read chunk of streamed traces (bytes)."""
+        return max(1 << 20, min(64 << 20, (self.memory_mb << 20) // 16))
+
+    @property
+    def max_rows(self) -> int:
+        """Rows held before a flush to the store."""
+        return max(10_000, (self.memory_mb << 20) // 4 // _BYTES_PER_ROW)
+
+
+@dataclass
+class FileResult:
+    """What became of one input file."""
+
+    path: str
+    kind: str | None
+    ok: bool
+    message: str
+    rank: int | None = None
+
+
+@dataclass
+class ImportResult:
+    """The run written and every file's outcome."""
+
+    run_id: str
+    attempt: int
+    files: list[FileResult] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def imported(self) -> list[FileResult]:
+        """Files whose content went into the run."""
+        return [f for f in self.files if f.ok and f.kind]
+
+    @property
+    def failed(self) -> list[FileResult]:
+        """Files that were meant as artifacts but could not be read."""
+        return [f for f in self.files if not f.ok]
+
+
+def default_run_id(paths: list[str]) -> str:
+    """``import-`` and 10 hex digits of the absolute input paths."""
+    digest = hashlib.sha1("\n".join(sorted(os.path.abspath(p) for p in paths)).encode())
+    return f"import-{digest.hexdigest()[:10]}"
+
+
+class _Writer:
+    def __init__(self, store: Store, run_id: str, attempt: int) -> None:
+        self.store, self.run_id, self.attempt = store, run_id, attempt
+        self.counts: dict[str, int] = {}
+
+    def write(self, rows: Rows) -> None:
+        for table, items in rows.tables.items():
+            if table == "ranks" or not items:
+                continue
+            for i in range(0, len(items), _INSERT_ROWS):
+                part = [
+                    {**r, "run_id": self.run_id, "attempt": self.attempt}
+                    for r in items[i : i + _INSERT_ROWS]
+                ]
+                self.store.insert(table, frame(table, part))
+            self.counts[table] = self.counts.get(table, 0) + len(items)
+        rows.tables = {"ranks": rows.tables.get("ranks", [])}
+
+
+def import_paths(
+    store: Store,
+    paths: list[str],
+    config: ImportConfig | None = None,
+    on_progress: Callable[[int, int, str], None] | None = None,
+) -> ImportResult:
+    """Import every artifact under ``paths`` into one run of ``store``.
+
+    Each file is read on its own: one that is truncated, of an unknown version or not what
+    it seems gives a :class:`FileResult` saying so (``ok`` False, or ``ok`` with the problem
+    in the message when part of it was kept), and the others are imported.
+    ``on_progress(done_bytes, total_bytes, path)`` is told as input is read.
+    Raises FileNotFoundError for a path that does not exist, StoreError if the store
+    fails (rows written before stay)."""
+    cfg = config or ImportConfig()
+    run_id = cfg.run_id or default_run_id(paths)
+    started = time.time_ns()
+    with tempfile.TemporaryDirectory(prefix="ranksight-import-") as tmp:
+        found = sources.find(paths, tmp)
+        result = ImportResult(run_id, cfg.attempt)
+        state = _State(cfg, _Writer(store, run_id, cfg.attempt), started, on_progress)
+        state.total = sum(os.path.getsize(a.path) for a in found if a.kind)
+        for art in found:
+            result.files.append(state.take(art))
+        state.finish(result)
+    result.rows = state.writer.counts
+    _write_run(store, result, state, started)
+    return result
+
+
+class _State:
+    """Rows and per-kind readings while an import runs."""
+
+    def __init__(self, cfg: ImportConfig, writer: _Writer, ts_ns: int, on_progress) -> None:
+        self.cfg, self.writer, self.ts_ns, self.on_progress = cfg, writer, ts_ns, on_progress
+        self.rows = Rows()
+        self.watchdog: list[watchdog.RankLog] = []
+        self.nccl: list[nccl_debug.RankLog] = []
+        self.kineto: list[kineto.KinetoRank] = []
+        self.silent: list[tuple[int | None, FileResult]] = []
+        self.seen: dict[tuple[str, int], str] = {}
+        self.marks: dict[str, dict[str, int]] = {}
+        self.mesh: dict = {}
+        self.kinds: set[str] = set()
+        self.done = 0
+        self.total = 0
+        self.ranks: dict[int, dict] = {}
+
+    def progress(self, n: int, path: str) -> None:
+        self.done += n
+        if self.on_progress:
+            self.on_progress(self.done, self.total, path)
+
+    def take(self, art: sources.Artifact) -> FileResult:
+        if art.kind is None:
+            return FileResult(art.path, None, not art.named, f"skipped: {art.why}")
+        rank = rank_from_path(art.path)
+        size = os.path.getsize(art.path)
+        self._mark(art.kind)
+        try:
+            message, rank = getattr(self, "_" + art.kind)(art.path, rank)
+            if rank is not None and art.kind != "rank_log":
+                first = self.seen.setdefault((art.kind, rank), art.path)
+                if first != art.path:
+                    self._drop_last(art.kind)
+                    raise ValueError(
+                        f"rank {rank} was already imported from {first}: a second {art.kind} "
+                        "file of one rank (another job? import it under its own --run)"
+                    )
+        except (ValueError, OSError, EOFError) as exc:
+            self.progress(size if art.kind != "kineto" else 0, art.path)
+            return FileResult(art.path, art.kind, False, f"{art.kind}: {exc}", rank)
+        if art.kind != "kineto":
+            self.progress(size, art.path)
+        if art.kind == "rank_log":
+            self.silent.append((rank, FileResult(art.path, None, True, message, rank)))
+            return self.silent[-1][1]
+        self.kinds.add(art.kind)
+        if self.rows.count() > self.cfg.max_rows:
+            self._flush()
+        return FileResult(art.path, art.kind, True, message, rank)
+
+    def _mark(self, kind: str) -> None:
+        self.marks[kind] = {t: len(r) for t, r in self.rows.tables.items()}
+        self.marks[kind]["__lists__"] = len(self.watchdog) + len(self.nccl) + len(self.kineto)
+
+    def _drop_last(self, kind: str) -> None:
+        """Forget what the file just read added (a duplicate rank)."""
+        mark = self.marks.get(kind, {})
+        for t, rows in self.rows.tables.items():
+            del rows[mark.get(t, 0) :]
+        for lst in (self.watchdog, self.nccl, self.kineto):
+            if lst and kind in ("watchdog", "nccl_debug", "kineto") and lst is self._list(kind):
+                lst.pop()
+
+    def _list(self, kind: str) -> list:
+        return {"watchdog": self.watchdog, "nccl_debug": self.nccl, "kineto": self.kineto}[kind]
+
+    def _flush(self) -> None:
+        for r in self.rows.tables.get("ranks", []):
+            self._merge_rank(r)
+        self.rows.tables["ranks"] = []
+        self.writer.write(self.rows)
+
+    def _merge_rank(self, row: dict) -> None:
+        have = self.ranks.setdefault(row["rank"], {"dp": -1, "tp": -1, "pp": -1})
+        for k, v in row.items():
+            unknown = (None, "", -1) if k in ("dp", "tp", "pp") else (None, "", -1, 0)
+            if v not in unknown or k not in have:
+                have[k] = v
+
+    def _flight_recorder(self, path: str, rank: int | None) -> tuple[str, int | None]:
+        dump = fr.read(path, rank)
+        if not dump.format:
+            raise ValueError("; ".join(dump.problems))
+        host = self.cfg.host
+        self.rows.merge(fr.rows_of(dump, host, fr.dump_time(dump, self.ts_ns)))
+        problems = "; ".join(dump.problems)
+        if dump.rank is None:
+            problems = (
+                problems + "; " if problems else ""
+            ) + "no rank in the file name: kept as rank -1"
+        note = f"schema {dump.version or '?'}, {len(dump.entries)} entries"
+        return (f"{note}: {problems}" if problems else note), dump.rank
+
+    def _watchdog(self, path: str, rank: int | None) -> tuple[str, int | None]:
+        log = watchdog.read(path, rank)
+        if log.rank is None:
+            raise ValueError("no rank in the file name or the lines")
+        self.watchdog.append(log)
+        ops = ", ".join(f"{t['op']} #{t['seq']}" for t in log.timeouts) or "no timeout line"
+        return f"watchdog: {ops}", log.rank
+
+    def _rank_log(self, path: str, rank: int | None) -> tuple[str, int | None]:
+        return "skipped: text with no watchdog, NCCL or py-spy lines", rank
+
+    def _nccl_debug(self, path: str, rank: int | None) -> tuple[str, int | None]:
+        log = nccl_debug.read(path, rank)
+        if log.rank is None:
+            raise ValueError("no rank in the file name or an init line")
+        self.nccl.append(log)
+        calls = sum(len(c) for c in log.calls.values())
+        return f"{calls} collective calls on {len(log.calls)} communicator(s)", log.rank
+
+    def _pyspy(self, path: str, rank: int | None) -> tuple[str, int | None]:
+        if rank is None:
+            raise ValueError("no rank in the file name")
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        pid, threads = (
+            pyspy.parse_json(text)
+            if text.lstrip().startswith(("[", "{"))
+            else pyspy.parse_text(text)
+        )
+        self.rows.add("stacks", pyspy.row_of(rank, pid, threads, self.cfg.host, self.ts_ns))
+        self.rows.add("ranks", {"rank": rank, "pid": pid, "dp": -1, "tp": -1, "pp": -1})
+        return f"{len(threads)} threads", rank
+
+    def _kineto(self, path: str, rank: int | None) -> tuple[str, int | None]:
+        trace = kineto.read(path, rank, self.cfg.chunk_bytes, lambda n: self.progress(n, path))
+        if trace.rank is None:
+            raise ValueError("no rank in distributedInfo or the file name")
+        self.kineto.append(trace)
+        note = f"{trace.events} events, {len(trace.steps)} steps, {len(trace.nccl)} NCCL kernels"
+        return (note + ": " + "; ".join(trace.problems)) if trace.problems else note, trace.rank
+
+    def _wia_trace(self, path: str, rank: int | None) -> tuple[str, int | None]:
+        table = wia.load(path)
+        rows, mesh = wia.rows_of(table, wia.meta_beside(path))
+        self.rows.merge(rows)
+        self.mesh = mesh
+        return f"{len(table)} ops, {len(rows.tables.get('ranks', []))} ranks", None
+
+    def finish(self, result: ImportResult) -> None:
+        timed_out = {lg.rank for lg in self.watchdog}
+        for rank, res in self.silent if self.watchdog else []:
+            if rank is not None and rank not in timed_out:
+                self.watchdog.append(watchdog.RankLog(rank))
+                res.kind, res.message = (
+                    "watchdog",
+                    "no watchdog line: this rank reported no timeout",
+                )
+        if self.watchdog:
+            self.rows.merge(watchdog.rows_of(self.watchdog, self.ts_ns))
+        if self.nccl:
+            self.rows.merge(nccl_debug.rows_of(self.nccl, self.ts_ns))
+            result.meta["nccl_notes"] = {str(lg.rank): lg.notes[:10] for lg in self.nccl}
+        if self.kineto:
+            self.rows.merge(kineto.rows_of(self.kineto))
+            result.meta["comm_time_by_op"] = kineto.comm_time_by_op(self.kineto)
+        self._flush()
+        rows = [{**r, "rank": k} for k, r in sorted(self.ranks.items()) if k >= 0]
+        world = max([r.get("world_size", 0) or 0 for r in rows] + [len(rows)], default=0)
+        for r in rows:
+            r.setdefault("host", self.cfg.host)
+            r["world_size"] = r.get("world_size") or world
+        self.writer.write(Rows({"steps": []}))
+        if rows:
+            self.writer.store.insert(
+                "ranks",
+                frame(
+                    "ranks",
+                    [
+                        {**r, "run_id": self.writer.run_id, "attempt": self.writer.attempt}
+                        for r in rows
+                    ],
+                ),
+            )
+            self.writer.counts["ranks"] = len(rows)
+        self.world = max(world, int(self.mesh.get("world_size", 0)))
+
+
+def _write_run(store: Store, result: ImportResult, state: _State, started: int) -> None:
+    failed = bool(state.kinds & set(HANG_KINDS))
+    mesh = state.mesh
+    result.meta.update(
+        source="import",
+        host=socket.gethostname(),
+        inputs=[asdict(f) for f in result.files],
+        kinds=sorted(state.kinds),
+    )
+    row = {
+        "run_id": result.run_id, "attempt": result.attempt, "created_ns": started,
+        "updated_ns": time.time_ns(), "status": "failed" if failed else "finished",
+        "world_size": state.world, "dp": mesh.get("dp", 0), "tp": mesh.get("tp", 0),
+        "pp": mesh.get("pp", 0), "meta_json": json.dumps(result.meta, default=str),
+    }  # fmt: skip
+    store.insert("runs", frame("runs", [row]))

@@ -1,0 +1,189 @@
+"""Finding the artifacts in what was given (files, folders, archives) and telling each
+one's kind from its content, not its name.
+
+=================  ============================================================
+kind               recognized by
+=================  ============================================================
+flight_recorder    a pickle (protocol byte 0x80), or JSON with ``entries`` and
+                   ``pg_config``/``version``; gzip-compressed or not
+kineto             JSON with a ``traceEvents`` list (``.json`` or ``.json.gz``)
+wia_trace          a parquet file (``PAR1``) with dp_rank, stage, optype, ... columns
+pyspy              ``Thread N (idle|active...)`` lines, or py-spy's ``--json`` list
+watchdog           a ``WorkNCCL(SeqNum=...`` timeout or ``last enqueued ... work`` line
+nccl_debug         ``NCCL INFO`` lines
+rank_log           other text: a rank's log that says nothing of the above; it
+                   counts as that rank's report (it was there, it timed out on
+                   nothing) when other ranks' watchdog logs are imported with it
+=================  ============================================================
+
+Anything else in a folder is skipped and listed; a file named on the command line that
+is no artifact is an error for that file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass
+
+from . import nccl_debug, watchdog
+
+HEAD = 1 << 16
+TEXT_SCAN = 64 << 20
+"""A text file is scanned up to this many bytes for a watchdog or NCCL line."""
+ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip")
+SIDE_FILES = ("meta",)
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """One input file and its kind (None: not an artifact; ``why`` says what it is)."""
+
+    path: str
+    kind: str | None
+    why: str = ""
+    named: bool = False
+    """Given on the command line by name (not found in a folder)."""
+
+
+def head_of(path: str) -> bytes:
+    """The first 64 KiB of ``path``, decompressed if gzip (what a damaged stream gives)."""
+    with open(path, "rb") as f:
+        data = f.read(HEAD)
+    if data[:2] == b"\x1f\x8b":
+        try:
+            with gzip.open(path, "rb") as g:
+                return g.read(HEAD)
+        except (OSError, EOFError):
+            try:
+                import zlib
+
+                return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data)
+            except Exception:  # noqa: BLE001 - nothing readable
+                return b""
+    return data
+
+
+def sniff(path: str) -> tuple[str | None, str]:
+    """(kind, reason) for the file at ``path`` (see the module table)."""
+    try:
+        head = head_of(path)
+    except OSError as exc:
+        return None, f"cannot read: {exc.strerror or exc}"
+    if not head.strip():
+        return None, "empty file"
+    if head[:4] == b"PAR1":
+        return "wia_trace", ""
+    if head[:1] == b"\x80":
+        return "flight_recorder", ""
+    text = head.decode("utf-8", errors="replace")
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        if '"traceEvents"' in text:
+            return "kineto", ""
+        if '"entries"' in text or '"pg_config"' in text:
+            return "flight_recorder", ""
+        if '"schemaVersion"' in text and (
+            '"deviceProperties"' in text or '"distributedInfo"' in text
+        ):
+            return "kineto", ""  # traceEvents beyond the first 64 KiB
+        return None, "JSON, but neither a Kineto trace nor a Flight Recorder dump"
+    if stripped.startswith("[") and '"thread_name"' in text and '"frames"' in text:
+        return "pyspy", ""
+    if re.search(r"^Thread (0x[0-9A-Fa-f]+|\d+) \((idle|active)", text, re.M):
+        return "pyspy", ""
+    if re.match(r"\s*(trial_name|dp_size|pp_size)\s*:", text) or (
+        "dp_size:" in text and "pp_size:" in text
+    ):
+        return None, "What-if Analysis run description (read with its trace)"
+    if "\x00" in text[:4096]:
+        return None, "binary data of no known kind"
+    return _scan_text(path)
+
+
+def _scan_text(path: str) -> tuple[str | None, str]:
+    """Watchdog or NCCL debug log by its lines (a training log may hold them late)."""
+    nccl = 0
+    seen = 0
+    opener = gzip.open if _is_gz(path) else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                seen += len(line)
+                if "WorkNCCL(" in line or any(m in line for m in watchdog.MARKERS[1:]):
+                    return "watchdog", ""
+                if nccl_debug.MARKER in line:
+                    nccl += 1
+                    if nccl >= 3:
+                        return "nccl_debug", ""
+                if seen > TEXT_SCAN:
+                    break
+    except (OSError, EOFError) as exc:
+        return None, f"cannot read: {exc}"
+    if nccl:
+        return "nccl_debug", ""
+    return "rank_log", "text with no watchdog, NCCL or py-spy lines"
+
+
+def _is_gz(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def is_archive(path: str) -> bool:
+    """A tar (any compression) or zip archive."""
+    return path.endswith(ARCHIVES) and (tarfile.is_tarfile(path) or zipfile.is_zipfile(path))
+
+
+def extract(path: str, into: str) -> str:
+    """Unpack the archive at ``path`` under ``into`` (members leaving the folder, links and
+    devices refused); returns the folder. Raises ValueError naming the archive."""
+    dest = os.path.join(into, os.path.basename(path) + ".d")
+    os.makedirs(dest, exist_ok=True)
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                for member in z.namelist():
+                    target = os.path.realpath(os.path.join(dest, member))
+                    if not target.startswith(os.path.realpath(dest) + os.sep):
+                        raise ValueError(f"member {member!r} leaves the archive's folder")
+                z.extractall(dest)
+        else:
+            with tarfile.open(path) as t:
+                t.extractall(dest, filter="data")
+    except (OSError, tarfile.TarError, zipfile.BadZipFile, ValueError) as exc:
+        raise ValueError(f"{path}: cannot unpack the archive: {exc}") from None
+    return dest
+
+
+def find(paths: list[str], workdir: str | None = None) -> list[Artifact]:
+    """Every file under ``paths`` (folders walked, archives unpacked into ``workdir``,
+    a temporary folder by default) with its kind. Raises FileNotFoundError naming a path
+    that does not exist."""
+    out: list[Artifact] = []
+    workdir = workdir or tempfile.mkdtemp(prefix="ranksight-import-")
+    for p in paths:
+        if not os.path.exists(p):
+            raise FileNotFoundError(f"{p}: no such file or folder")
+        if os.path.isdir(p):
+            for root, dirs, files in os.walk(p):
+                dirs.sort()
+                for name in sorted(files):
+                    out.extend(_one(os.path.join(root, name), workdir, named=False))
+        else:
+            out.extend(_one(p, workdir, named=True))
+    return out
+
+
+def _one(path: str, workdir: str, named: bool) -> list[Artifact]:
+    if is_archive(path):
+        try:
+            return find([extract(path, workdir)], workdir)
+        except ValueError as exc:
+            return [Artifact(path, None, str(exc).split(": ", 1)[-1], named=True)]
+    kind, why = sniff(path)
+    return [Artifact(path, kind, why, named)]
