@@ -26,6 +26,7 @@ from ranksight.collectors.local_ranks import LocalRanks
 from ranksight.collectors.netdev import NetdevCollector
 from ranksight.collectors.nvml import NvmlCollector
 from ranksight.collectors.nvml_events import XidCollector
+from ranksight.collectors.postmortem import PostmortemCollector
 from ranksight.collectors.rdma import RdmaCollector
 from ranksight.collectors.topology import TopologyCollector
 from ranksight.store import Store, StoreError
@@ -34,7 +35,7 @@ from .stall import StallWatcher
 
 log = logging.getLogger("ranksight.agent.collect")
 
-NAMES = ("nvml", "xid", "topology", "rdma", "netdev", "host", "fr", "stacks")
+NAMES = ("nvml", "xid", "topology", "rdma", "netdev", "host", "fr", "stacks", "postmortem")
 """Every collector, by the name ``--collectors`` takes."""
 
 
@@ -104,6 +105,7 @@ def build(config: CollectConfig) -> list[Collector]:
         "netdev": lambda: NetdevCollector(ctx),
         "host": lambda: HostCollector(ctx, local_ranks=ranks),
         "fr": lambda: FrCollector(ctx, prefixes=config.fr_prefixes),
+        "postmortem": lambda: PostmortemCollector(ctx),
         "stacks": lambda: StallWatcher(
             ctx, stall_s=config.stall_s, interval_s=min(2.0, config.stall_s / 2), local_ranks=ranks
         ),

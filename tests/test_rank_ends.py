@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from ranksight.collectors.base import NodeContext
+from ranksight.collectors.postmortem import PostmortemCollector, inflight_rows
 from tests.spool import read_spool
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "rank_end.py")
@@ -36,11 +38,12 @@ def _run_alone(tmp_path, mode: str) -> subprocess.CompletedProcess:
     return subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=120)
 
 
-def test_sigterm_while_blocked_in_a_collective_is_recorded_and_still_kills(tmp_path):
+def _blocked_then(tmp_path, sig: int) -> tuple[int, float]:
+    """Rank 0 of 2 enters an all_reduce rank 1 never joins; once its progress shows it
+    inside, send it ``sig``. Returns (its exit status, seconds it took to die)."""
     port = _port()
     procs = [_start(tmp_path, r, 2, "blocked", port) for r in (0, 1)]
     try:
-        # rank 1 never joins: wait until rank 0 is inside the all_reduce
         assert procs[0].stdout.readline().strip() == "entering"
         deadline = time.monotonic() + 60
         blocked = False
@@ -53,14 +56,18 @@ def test_sigterm_while_blocked_in_a_collective_is_recorded_and_still_kills(tmp_p
         # the progress snapshot shows the rank as having entered the op it is stuck in
         assert blocked, "rank 0's progress never showed the blocking all_reduce as entered"
         t0 = time.monotonic()
-        procs[0].send_signal(signal.SIGTERM)
+        procs[0].send_signal(sig)
         rc = procs[0].wait(30)
-        took = time.monotonic() - t0
+        return rc, time.monotonic() - t0
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
             p.wait()
+
+
+def test_sigterm_while_blocked_in_a_collective_is_recorded_and_still_kills(tmp_path):
+    rc, took = _blocked_then(tmp_path, signal.SIGTERM)
     assert rc == -signal.SIGTERM  # dies of the signal, as without the hooks
     assert took < 10
     frames = read_spool(str(tmp_path))
@@ -72,6 +79,26 @@ def test_sigterm_while_blocked_in_a_collective_is_recorded_and_still_kills(tmp_p
     stuck = c[(c["rank"] == 0) & (c["end_ns"] == 0)]
     assert list(stuck["op"]) == ["all_reduce"] and list(stuck["numel_in"]) == [4096]
     assert list(stuck["step"]) == [1]
+    # the hooks wrote the in-flight op themselves: the black box has nothing to add
+    (box,) = glob.glob(str(tmp_path / "ends" / "a0" / "blackbox-rank00000-*.bin"))
+    assert inflight_rows(box, "ends", 0, 0) == []
+
+
+def test_a_rank_killed_inside_a_collective_leaves_it_in_its_black_box(tmp_path):
+    rc, _ = _blocked_then(tmp_path, signal.SIGKILL)
+    assert rc == -signal.SIGKILL
+    frames = read_spool(str(tmp_path))
+    assert "rank_ends" not in frames or frames["rank_ends"].empty
+    assert "collectives" not in frames  # the spool never saw the op it died in
+    collector = PostmortemCollector(NodeContext(host="h", spool_dir=str(tmp_path)))
+    rows = collector.collect(time.time_ns())
+    dead = [r for r in rows["collectives"] if r["rank"] == 0]
+    assert [(r["op"], r["numel_in"], r["step"], r["phase"], r["end_ns"]) for r in dead] == [
+        ("all_reduce", 4096, 1, "forward", 0)
+    ]
+    assert dead[0]["group_seq"] == 0 and dead[0]["group_ranks"] == "0,1"
+    # shipped once
+    assert collector.collect(time.time_ns())["collectives"] == []
 
 
 @pytest.mark.parametrize(
@@ -108,3 +135,6 @@ def test_a_fatal_signal_leaves_the_python_stacks(tmp_path):
     text = open(crash).read()
     assert "Fatal Python error: Aborted" in text
     assert "rank_end.py" in text and "line" in text
+    rows = PostmortemCollector(NodeContext(host="h", spool_dir=str(tmp_path))).collect(0)
+    (stack,) = rows["stacks"]
+    assert stack["trigger"] == "crash" and stack["rank"] == 0 and stack["summary"] == text

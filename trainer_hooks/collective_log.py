@@ -88,6 +88,8 @@ class CollectiveLog:
         self._by_work: dict[int, tuple[Any, dict[str, Any]]] = {}
         self._no_future: list[tuple[dict[str, Any], Any]] = []
         self._done: collections.deque[dict[str, Any]] = collections.deque()
+        self.blackbox: Any = None
+        """A :class:`~.blackbox.BlackBox` every op is also written to, or None."""
         self._in_call: dict[int, dict[str, Any]] = {}
         """Records of the API calls now running (a synchronous collective blocks inside)."""
         self.progress: dict[tuple[str, str, int], list[Any]] = {}
@@ -116,12 +118,15 @@ class CollectiveLog:
         n_out, b_out, dtype_out = sizes_of(x_out)
         self.issued += 1
         self.drain()
-        return {
+        rec = {
             "t": "collectives", "step": step, "phase": phase, "group_id": info.group_id,
             "group_ranks": info.ranks_str, "group_seq": seq, "op": op, "peer": peer,
             "dtype": dtype or dtype_out, "numel_in": n_in, "numel_out": n_out,
             "bytes": max(b_in, b_out), "enqueue_ns": t0, "start_ns": t0, "end_ns": 0, "wait_ns": 0,
         }  # fmt: skip
+        if self.blackbox is not None:
+            self.blackbox.issued(rec)
+        return rec
 
     def enter_call(self, rec: dict[str, Any]) -> None:
         """The training thread is inside the API call that issued ``rec``."""
@@ -136,6 +141,8 @@ class CollectiveLog:
         entry = self.progress.get((rec["group_id"], direction, rec["peer"] if direction else -1))
         if entry is not None and rec["group_seq"] > entry[2]:
             entry[2] = rec["group_seq"]
+        if self.blackbox is not None:
+            self.blackbox.completed(rec)
 
     def complete(self, rec: dict[str, Any], end_ns: int | None = None) -> None:
         """Set the record's end (now by default) and emit it (training thread only)."""

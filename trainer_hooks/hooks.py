@@ -30,6 +30,7 @@ import torch.distributed as dist
 from ranksight import env
 
 from .api_patch import instrument_ddp, patch_api
+from .blackbox import BlackBox, blackbox_path
 from .collective_log import BlockedClock, CollectiveLog
 from .collectives import DispatchRecorder
 from .completeness import DispatchCounter, write_counts
@@ -188,6 +189,11 @@ class Hooks:
             }
             self._put_run("running")
         self._log = CollectiveLog(self._put, self._context, self._clock)
+        self._blackbox = None
+        try:
+            self._log.blackbox = self._blackbox = BlackBox(blackbox_path(path, self.rank))
+        except OSError as e:
+            warnings.warn(f"ranksight: no black box for rank {self.rank}: {e}", stacklevel=3)
         self._undo = [
             patch_work_wait(self._log),
             patch_async_waits(self._log),
@@ -257,6 +263,7 @@ class Hooks:
             return
         for write in (
             self._log.flush,
+            lambda: self._blackbox and self._blackbox.mark_flushed(),
             lambda: [self._put(r) for r in self._log.progress_records(self._step)],
             self._put_stats,
             lambda: self._put(
@@ -279,6 +286,8 @@ class Hooks:
             except Exception as e:  # concurrent with training: keep going, count it
                 self._log.note_error(e)
         self._spool.close()
+        if self._blackbox is not None and reason == "finished":
+            self._blackbox.close()
 
     # ------------------------------------------------------------------ public API
     @property
