@@ -3,11 +3,12 @@
 Two loops, one per thread in :meth:`Agent.run` (one after the other in :meth:`poll_once`
 and :meth:`drain`):
 
-- **read**: every ``interval_s``, read the spool's new lines (``agent/tailer.py``), parse
-  and validate them (rejects are logged and counted), add rows handed over by
-  :meth:`Agent.submit` and, every ``stats_interval_s``, a row of the agent's counters
-  (``agent_stats``); seal them as batches of at most ``batch_rows`` into the disk buffer
-  (``agent/buffer.py``); commit the spool offsets; enforce the buffer's bound.
+- **read**: every ``interval_s``, read the spool's new frames or lines
+  (``agent/tailer.py``), parse and validate them (rejects are logged and counted), add
+  rows handed over by :meth:`Agent.submit` and, every ``stats_interval_s``, a row of the
+  agent's counters (``agent_stats``); seal them as batches of at most about
+  ``batch_rows`` into the disk buffer (``agent/buffer.py``); commit the spool offsets;
+  enforce the buffer's bound; delete spool segments the store has every record of.
 - **ship**: send buffered batches oldest first (``agent/deliver.py``), delete each once
   the store has it; on a store error back off (doubling from ``interval_s`` up to
   ``retry_max_s``) and retry the same batch, checked against the store first.
@@ -20,12 +21,15 @@ spool files). One agent per spool and store: a second one is refused (``flock``)
 from __future__ import annotations
 
 import fcntl
+import glob
+import json
 import logging
 import os
 import queue
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -33,13 +37,14 @@ import pyarrow as pa
 
 from ranksight.store import Store, StoreError, schema
 from ranksight.store.frames import conform
+from ranksight.trainer_hooks.spool_format import SUFFIX as SPOOL_SUFFIX
 
 from .buffer import DiskBuffer
 from .config import AgentConfig
 from .deliver import deliver
 from .parse import Parsed
 from .security import secure_spool_dir
-from .tailer import SpoolTailer, state_dir_for
+from .tailer import OFFSETS, SpoolTailer, state_dir_for
 
 log = logging.getLogger("ranksight.agent")
 _MAX_LOGGED = 20  # rejection reasons logged one by one per poll; the rest summed up
@@ -65,6 +70,8 @@ class AgentStats:
     last_error: str = ""
     buffered_rows: int = 0
     buffered_bytes: int = 0
+    spool_deleted: int = 0
+    """Spool segments deleted because the store has every record in them."""
 
 
 class Agent:
@@ -95,6 +102,8 @@ class Agent:
         self.buffer = DiskBuffer(
             self.state_dir, config.buffer_bytes, config.drop_policy, config.fsync
         )
+        self._last_batch: dict[str, int] = {}
+        """Per spool file: the newest buffered batch holding records read from it."""
         self._recover()
         self.stats = AgentStats()
         self._submitted: queue.SimpleQueue[tuple[str, pa.Table]] = queue.SimpleQueue()
@@ -104,6 +113,9 @@ class Agent:
         self._schema_ready = False
         self._started_ns = time.time_ns()
         self._last_stats = 0.0
+        self.taps: list[Callable[[dict[str, pa.Table]], None]] = []
+        """Called with each batch's tables (table -> rows) as it is sealed, before it is
+        shipped (e.g. ``agent/otel.py``); a tap must not raise and must not block."""
 
     @property
     def interval_s(self) -> float:
@@ -116,6 +128,9 @@ class Agent:
             self.tailer.apply(offsets)
             self.tailer.seq = seq
         self.tailer.save()
+        for seq, offsets in self.buffer.offsets_after(0):
+            for path in offsets:
+                self._last_batch[path] = max(seq, self._last_batch.get(path, 0))
 
     # ------------------------------------------------------------------ read side
     def submit(self, table: str, rows: pd.DataFrame | pa.Table) -> None:
@@ -130,6 +145,8 @@ class Agent:
     def read_once(self) -> int:
         """Read the spool and seal what is new (several batches if over ``batch_rows``);
         returns records accepted."""
+        if not self.config.keep_spool:
+            self.delete_stored_segments()
         total = 0
         while True:
             parsed = self.tailer.read(self.config.batch_rows, self.config.read_bytes)
@@ -161,9 +178,15 @@ class Agent:
     def _seal(self, parsed: Parsed) -> None:
         """Write ``parsed`` as the next batch, commit the offsets, enforce the bound."""
         seq = max(self.tailer.seq, self.buffer.last_seq) + 1
+        for tap in self.taps:
+            tap(parsed.tables)
         if parsed.count:
-            self.buffer.seal(seq, parsed.tables, self.tailer.pending())
+            tables = {name: t.combine_chunks() for name, t in parsed.tables.items()}
+            pending = self.tailer.pending()
+            self.buffer.seal(seq, tables, pending)
             self.tailer.commit(seq)
+            for path in pending:
+                self._last_batch[path] = seq
         else:  # only offsets moved (rejected lines, headers)
             self.tailer.commit()
         self._committed = self.tailer.seq
@@ -178,12 +201,56 @@ class Agent:
                 self.stats.dropped,
             )  # fmt: skip
 
+    def delete_stored_segments(self) -> list[str]:
+        """Delete the binary spool segments that are sealed (read to their end) and whose
+        records the store has acknowledged (no batch holding any of them is still
+        buffered); returns their paths. A segment another running agent on this spool
+        has not read to its end yet is kept. JSON spool files are never deleted."""
+        oldest = min(self.buffer.seqs(), default=None)
+        done = [
+            path
+            for path, st in self.tailer.files.items()
+            if st.sealed
+            and path.endswith(SPOOL_SUFFIX)
+            and (oldest is None or oldest > self._last_batch.get(path, 0))
+        ]
+        if not done:
+            return []
+        others = _other_agents(self.tailer.spool_dir, self.state_dir)
+        deleted = []
+        for path in done:
+            if any(not o.get(path, {}).get("sealed") for o in others):
+                continue
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("cannot delete stored spool segment %s: %s", path, exc)
+                continue
+            del self.tailer.files[path]
+            self._last_batch.pop(path, None)
+            deleted.append(path)
+        self.stats.spool_deleted += len(deleted)
+        return deleted
+
     def _note_rejects(self, parsed: Parsed) -> None:
-        """Log each rejection reason (the first few one by one) and count them."""
-        for reason in parsed.rejected[:_MAX_LOGGED]:
-            log.warning("rejected record: %s", reason)
-        if len(parsed.rejected) > _MAX_LOGGED:
-            log.warning("rejected %d more records", len(parsed.rejected) - _MAX_LOGGED)
+        """Log each rejection reason (the first few one by one; a run of the same reason,
+        e.g. a damaged frame's records, as one line) and count them."""
+        runs: list[list] = []
+        for reason in parsed.rejected:
+            if runs and runs[-1][0] == reason:
+                runs[-1][1] += 1
+            else:
+                runs.append([reason, 1])
+        for reason, n in runs[:_MAX_LOGGED]:
+            if n == 1:
+                log.warning("rejected record: %s", reason)
+            else:
+                log.warning("rejected %d records: %s", n, reason)
+        if len(runs) > _MAX_LOGGED:
+            more = sum(n for _, n in runs[_MAX_LOGGED:])
+            log.warning("rejected %d more records", more)
         self.stats.rejected += len(parsed.rejected)
 
     def _stats_row(self) -> dict:
@@ -319,6 +386,29 @@ class Agent:
 def _fields(config: AgentConfig) -> dict:
     """A config's fields as a dict (slots dataclasses have no ``__dict__``)."""
     return {name: getattr(config, name) for name in config.__dataclass_fields__}
+
+
+def _other_agents(spool_dir: str, state_dir: str) -> list[dict]:
+    """The committed spool offsets of the other agents running on ``spool_dir`` now (one
+    per store: ``<spool>/.agent-*`` folders whose lock is held)."""
+    found = []
+    for folder in glob.glob(os.path.join(glob.escape(spool_dir), ".agent-*")):
+        if os.path.realpath(folder) == os.path.realpath(state_dir):
+            continue
+        try:
+            with open(os.path.join(folder, "lock"), "a+") as handle:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            continue  # nobody holds it: no agent runs there
+        except BlockingIOError:
+            pass
+        except OSError:
+            continue
+        try:
+            with open(os.path.join(folder, OFFSETS)) as f:
+                found.append(json.load(f)["files"])
+        except (OSError, ValueError, KeyError):
+            found.append({})  # running, offsets unknown: keep every segment
+    return found
 
 
 def _exclusive(state_dir: str):

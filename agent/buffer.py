@@ -100,6 +100,12 @@ class DiskBuffer:
             self.in_flight = min(ready) if ready else None
             return self.in_flight
 
+    def oldest_created_ns(self) -> int | None:
+        """When the oldest batch still in the buffer was sealed (ns), None if it is empty:
+        how far the store lags behind the spool."""
+        seqs = self.seqs()
+        return int(self._manifest(seqs[0])["created_ns"]) if seqs else None
+
     def offsets_after(self, seq: int) -> list[tuple[int, dict]]:
         """``(seq, offsets)`` of each batch newer than ``seq``, oldest first (recovery)."""
         return [(s, self._manifest(s)["offsets"]) for s in self.seqs() if s > seq]
