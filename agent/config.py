@@ -42,6 +42,9 @@ class AgentConfig:
     finish an insert of it that may still be running (``system.processes``)."""
     stats_interval_s: float = 10.0
     """How often a row of the agent's counters goes to the ``agent_stats`` table, seconds."""
+    keep_spool: bool = False
+    """Keep spool segments the store has acknowledged (default: delete them, which bounds
+    the spool's disk use). Another agent running on the same spool is waited for."""
     drain_timeout_s: float = 10.0
     """On stop: how long to keep shipping the buffer before leaving the rest on disk."""
 

@@ -1,4 +1,13 @@
-"""Parse a chunk of spool lines into typed Arrow tables, vectorized.
+"""Parse spool records into typed Arrow tables, vectorized: binary segments' columns
+(:func:`check_columns`) and JSON lines (:func:`parse_chunk`).
+
+The hooks write binary segments (``trainer_hooks/spool_format.py``): each frame's
+columns arrive as Arrow arrays over the bytes read, and :func:`check_columns` validates
+them column by column with Arrow compute (unknown columns, wrong kinds, integer ranges,
+string lengths) and fills what the records leave out (run_id, attempt and rank from the
+segment header, else the column's default): no per-record Python work.
+
+JSON spool files (older hooks, hand-written producers) are parsed as below.
 
 One spool file's new complete lines are parsed at once by Arrow's JSON reader against
 the union of every accepted table's columns, then split by ``"t"`` and checked column
@@ -133,6 +142,78 @@ def parse_lines(data: bytes, base: dict | None, source: str = "") -> Parsed:
         else:
             batch.add(rec, base)
     return Parsed(batch.tables(), batch.rejected, base)
+
+
+def check_columns(name: str, rows: pa.Table, base: dict, out: Parsed) -> None:
+    """Validate a binary frame's records of table ``name`` (``rows``: one column per
+    record key, no nulls) into ``out``: the accepted rows typed by
+    :func:`records.record_schema`, one rejection reason per rejected record. The same
+    rules as :func:`parse_chunk`: an unknown table, an unknown or reserved column or a
+    column of the wrong kind rejects every record; an integer out of its column type's
+    range or a string over ``MAX_STRING`` characters rejects that record."""
+    n = rows.num_rows
+    if not n:
+        return
+    if name not in ACCEPTED_TABLES:
+        out.rejected.extend([f"unknown table {name!r:.60}"] * n)
+        return
+    target = record_schema(name)
+    unknown = sorted(set(rows.column_names) - set(target.names)) + sorted(
+        set(rows.column_names) & RESERVED
+    )
+    if unknown or len(set(rows.column_names)) != len(rows.column_names):
+        out.rejected.extend([f"{name}: unknown columns {unknown}"[:200]] * n)
+        return
+    bad = None
+    for f in target:
+        if f.name not in rows.column_names:
+            continue
+        column = rows.column(f.name)
+        ch_type = schema.TABLES[name].type_of(f.name)
+        if pa.types.is_string(f.type) != (
+            pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        ):
+            kind = "a string" if pa.types.is_string(f.type) else "a number"
+            out.rejected.extend([f"{name}.{f.name}: expected {kind}, got {column.type}"] * n)
+            return
+        checks = [(_column_problem(column, ch_type), f"out of range for {ch_type}")]
+        if pa.types.is_floating(column.type) and not pa.types.is_floating(f.type):
+            fraction = pc.invert(pc.equal(pc.floor(column), column).fill_null(False))
+            checks.insert(0, (fraction if pc.any(fraction).as_py() else None, "not an integer"))
+        for problem, what in checks:
+            if problem is None:
+                continue
+            problem = problem.to_numpy(zero_copy_only=False)
+            if bad is not None:
+                problem = problem & ~bad
+            out.rejected.extend([f"{name}.{f.name}: {what}"] * int(problem.sum()))
+            bad = problem if bad is None else bad | problem
+    if bad is not None:
+        rows = rows.filter(pa.array(~bad))
+        n = rows.num_rows
+        if not n:
+            return
+    arrays = []
+    for f in target:
+        if f.name in rows.column_names:
+            try:
+                arrays.append(rows.column(f.name).cast(f.type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                reason = f"{name}.{f.name}: not a {f.type} ({str(exc)[:60]})"
+                out.rejected.extend([reason] * n)
+                return
+        else:
+            arrays.append(pa.repeat(pa.scalar(_fill_value(f, base), f.type), n))
+    out.extend(Parsed({name: pa.Table.from_arrays(arrays, schema=target)}))
+
+
+def _fill_value(f: pa.Field, base: dict):
+    """What a column the records leave out takes: the header's value or the default."""
+    if f.name in base:
+        return base[f.name]
+    if pa.types.is_string(f.type):
+        return ""
+    return float("nan") if pa.types.is_floating(f.type) else 0
 
 
 def _check_table(name: str, rows: pa.Table, base: dict, out: Parsed) -> None:

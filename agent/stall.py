@@ -1,9 +1,9 @@
 """Decide that a rank stopped making progress, and take the stacks of its run's local ranks.
 
-A hooked rank appends a record to its spool file at every step, phase and collective; its
-writer thread also appends ``progress`` snapshots every few seconds, even while the
-training thread is stuck. So a rank made progress when anything but ``progress`` records
-was appended. A rank whose process is alive and that made none for ``stall_s`` seconds is
+A hooked rank appends records to its spool segment at every step, phase and collective
+(a frame per table per flush); its writer thread also appends ``progress`` snapshots every
+few seconds, even while the training thread is stuck. So a rank made progress when
+anything but ``progress`` records was appended. A rank whose process is alive and that made none for ``stall_s`` seconds is
 stuck — in a collective whose peers never came, in a data loader, in a deadlock. The
 watcher then dumps every local rank of that run with py-spy at once (trigger
 ``no_progress``) — the stuck one and the ones waiting for it, so the odd stack out can be
@@ -21,6 +21,7 @@ import time
 from ranksight.collectors.base import Collector, NodeContext, Rows
 from ranksight.collectors.local_ranks import LocalRank, LocalRanks
 from ranksight.collectors.pyspy import PySpyConfig, StackTaker
+from ranksight.trainer_hooks import spool_format as sf
 
 log = logging.getLogger("ranksight.agent.stall")
 
@@ -101,7 +102,7 @@ class StallWatcher(Collector):
 
 
 HEARTBEAT = b'{"t":"progress"'
-"""How a ``progress`` snapshot line starts (``trainer_hooks/spool.py`` writes compact JSON)."""
+"""How a ``progress`` snapshot line of a JSON spool file starts (compact JSON)."""
 _LOOK_BYTES = 1 << 16
 
 
@@ -122,6 +123,13 @@ def appended_progress(path: str, offset: int | None) -> tuple[int, bool]:
             chunk = f.read(size - offset)
     except OSError:
         return offset or 0, False
+    if path.endswith(sf.SUFFIX):  # binary segment: the frames' table names tell
+        end, moved = 0, False
+        for item in sf.frames(chunk, 0):
+            end = item.end
+            if isinstance(item, sf.Frame) and item.kind in (sf.COLUMNS, sf.JSON_LINES):
+                moved = moved or item.name != "progress"
+        return offset + end, moved
     end = chunk.rfind(b"\n") + 1
     lines = chunk[:end].splitlines()
     return offset + end, any(line and not line.startswith(HEARTBEAT) for line in lines)

@@ -1,8 +1,16 @@
 """Read the records ranks leave in the node's spool, each exactly once across restarts.
 
-Each spool file ``<spool>/<run_id>/a<attempt>/rank<r>-<pid>.jsonl`` is JSON lines: a
-header line (run_id, attempt, rank), then one record a line. The tailer reads complete
-lines only, past each file's offset, and parses them (``agent/parse.py``). The offsets of
+The hooks write binary segments ``<spool>/<run_id>/a<attempt>/rank<r>-<pid>-<n>.spool``
+(``trainer_hooks/spool_format.py``): a header frame (run_id, attempt, rank), frames of
+columnar records, and an end frame once the writer moved on. The tailer reads complete
+frames only, past each file's offset, and hands their columns to
+``agent/parse.check_columns``; a damaged frame is rejected (logged, counted) and reading
+goes on at the next frame. An incomplete frame at the end of a segment whose writer is
+gone is rejected as truncated. A segment read to its end frame (or whose writer is gone)
+is *sealed*: nothing more will come, and the agent may delete it once the store has it.
+
+JSON spool files ``rank<r>-<pid>.jsonl`` (older hooks, hand-written producers) are still
+read: a header line, then one record a line; complete lines only. The offsets of
 a read become durable in two ways: inside the batch the agent seals from it (its
 manifest carries them, ``agent/buffer.py``), then in ``<state>/offsets.json`` (atomic
 rename) with the sequence number of the last batch they include. On start, batches newer
@@ -19,11 +27,15 @@ import glob
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
-from .parse import Parsed, parse_chunk
+from ranksight.trainer_hooks import spool_format as sf
+
+from .parse import HEADER_TABLE, Parsed, check_columns, parse_chunk
 
 OFFSETS = "offsets.json"
 MAX_LINE = 8 << 20
@@ -35,12 +47,19 @@ def state_dir_for(spool_dir: str, key: str) -> str:
     return os.path.join(spool_dir, f".agent-{hashlib.sha1(key.encode()).hexdigest()[:10]}")
 
 
+_QUIET_S = 5.0
+"""A segment unchanged this long, read to its end, whose writer process is gone, is sealed."""
+_BASE = ("run_id", "attempt", "rank")
+
+
 @dataclass
 class FileState:
-    """How far one spool file has been read, and its header."""
+    """How far one spool file has been read, its header, and whether it is sealed (read to
+    its end frame, or to the end of a segment whose writer is gone: nothing will follow)."""
 
     offset: int = 0
     base: dict | None = None
+    sealed: bool = False
 
 
 @dataclass
@@ -62,6 +81,7 @@ class SpoolTailer:
     _pending: dict[str, FileState] = field(default_factory=dict)
     _start: int = 0
     _line_bytes: float = 512.0  # running mean line length: how much to read for N lines
+    _record_bytes: float = 256.0  # the same for binary segments
 
     def __post_init__(self) -> None:
         self.state_dir = self.state_dir or state_dir_for(self.spool_dir, self.key)
@@ -79,11 +99,12 @@ class SpoolTailer:
     def apply(self, offsets: dict) -> None:
         """Take ``{path: {"offset", "base"}}`` (an offsets file, or a batch manifest)."""
         for path, st in offsets.items():
-            self.files[path] = FileState(int(st["offset"]), st.get("base"))
+            self.files[path] = FileState(int(st["offset"]), st.get("base"), bool(st.get("sealed")))
 
     def paths(self) -> list[str]:
-        """Spool files present now, sorted."""
-        return sorted(glob.glob(os.path.join(self.spool_dir, "*", "a*", "*.jsonl")))
+        """Spool files present now (binary segments and JSON files), sorted."""
+        pattern = os.path.join(self.spool_dir, "*", "a*", "*")
+        return sorted(p for p in glob.glob(pattern) if p.endswith((sf.SUFFIX, ".jsonl")))
 
     def read(self, max_lines: int | None = None, max_bytes: int = 256 << 20) -> Parsed:
         """Records appended since the last :meth:`commit`, at most ``max_lines`` lines and
@@ -103,7 +124,10 @@ class SpoolTailer:
             if lines_left <= 0 or max_bytes <= 0:
                 break
             st = self.files.get(path, FileState())
-            n_lines, n_bytes = self._read_file(path, st, lines_left, max_bytes, out)
+            if st.sealed:
+                continue
+            read = self._read_segment if path.endswith(sf.SUFFIX) else self._read_file
+            n_lines, n_bytes = read(path, st, lines_left, max_bytes, out)
             lines_left, max_bytes = lines_left - n_lines, max_bytes - n_bytes
             self.lines_read += n_lines
         return out
@@ -137,9 +161,85 @@ class SpoolTailer:
         self._pending[path] = FileState(st.offset + end, parsed.base)
         return lines, end
 
+    def _read_segment(
+        self, path: str, st: FileState, max_rows: int, max_bytes: int, out: Parsed
+    ) -> tuple[int, int]:
+        """Read one binary segment's new complete frames into ``out``, at least one frame
+        and then up to about ``max_rows`` records; (records and frames, bytes)."""
+        label = os.path.basename(path)
+        want = min(max_bytes, int(max_rows * self._record_bytes * 1.25) + (64 << 10))
+        try:
+            with open(path, "rb") as f:
+                stat = os.fstat(f.fileno())
+                if stat.st_uid != os.getuid():
+                    return 0, 0
+                f.seek(st.offset)
+                chunk = f.read(want)
+                if len(chunk) >= sf.FRAME_BYTES and len(chunk) == want:
+                    need = _first_frame_bytes(chunk)  # one frame bigger than the read
+                    if need > len(chunk):
+                        chunk += f.read(need - len(chunk))
+        except OSError as e:
+            out.rejected.append(f"{path}: {e}")
+            return 0, 0
+        base, sealed, rows, used, full = st.base, False, 0, 0, False
+        groups: dict[tuple, list[pa.Table]] = {}
+        for item in sf.frames(chunk, st.offset):
+            if rows >= max_rows:
+                full = True
+                break
+            used = item.end - st.offset
+            if isinstance(item, sf.Damage):
+                n = max(item.rows, 1)
+                reason = f"{label}: damaged frame at byte {item.start} ({item.reason}), "
+                out.rejected.extend([reason + f"{item.end - item.start} bytes skipped"] * n)
+                rows += n
+                continue
+            rows += max(item.rows, 1)
+            if item.kind == sf.HEADER:
+                base = _header(item.payload, label, out) or base
+            elif item.kind == sf.END:
+                sealed = True
+            elif base is None:
+                out.rejected.extend([f"{label}: record before header"] * item.rows)
+            elif item.kind == sf.JSON_LINES:
+                parsed = parse_chunk(bytes(item.payload), base, path)
+                out.extend(parsed)
+            else:
+                table = _frame_table(item, label, out)
+                if table is not None:
+                    key = (
+                        item.name,
+                        tuple(zip(table.column_names, map(str, table.schema.types), strict=True)),
+                    )
+                    groups.setdefault(key, []).append(table)
+        for (name, _), tables in groups.items():
+            rows_table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+            try:
+                check_columns(name, rows_table, base, out)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
+                out.rejected.extend([f"{label}: {name}: {str(e)[:80]}"] * rows_table.num_rows)
+        end = st.offset + used
+        if not sealed and end == stat.st_size and time.time() - stat.st_mtime > _QUIET_S:
+            sealed = not _writer_alive(path, stat.st_mtime)
+        elif not (sealed or full) and used < len(chunk) and st.offset + len(chunk) == stat.st_size:
+            if time.time() - stat.st_mtime > _QUIET_S and not _writer_alive(path, stat.st_mtime):
+                lost = len(chunk) - used  # an incomplete frame its writer will never finish
+                out.rejected.append(
+                    f"{label}: truncated frame at byte {end} ({lost} bytes), writer gone"
+                )
+                used, end, sealed = len(chunk), stat.st_size, True
+        if used:
+            if rows:
+                self._record_bytes = max(16.0, 0.8 * self._record_bytes + 0.2 * used / rows)
+            self._pending[path] = FileState(end, base, sealed)
+        elif sealed != st.sealed:
+            self._pending[path] = FileState(st.offset, base, sealed)
+        return rows, used
+
     def pending(self) -> dict:
         """Offsets after the last :meth:`read`, for files it advanced (JSON-ready)."""
-        return {p: {"offset": s.offset, "base": s.base} for p, s in self._pending.items()}
+        return {p: _state_json(s) for p, s in self._pending.items()}
 
     def commit(self, seq: int | None = None) -> None:
         """Make the offsets of the last :meth:`read` durable (with batch ``seq``)."""
@@ -153,7 +253,7 @@ class SpoolTailer:
         """Write ``offsets.json`` (temp file, optional fsync, rename)."""
         path = os.path.join(self.state_dir, OFFSETS)
         tmp = path + ".tmp"
-        files = {p: {"offset": s.offset, "base": s.base} for p, s in self.files.items()}
+        files = {p: _state_json(s) for p, s in self.files.items()}
         with open(tmp, "w") as f:
             json.dump({"seq": self.seq, "files": files}, f)
             if self.fsync:
@@ -182,3 +282,69 @@ def _skip_line(path: str, offset: int) -> int:
                 return skipped + at + 1
             skipped += len(block)
     return skipped
+
+
+def _state_json(st: FileState) -> dict:
+    """A file's state as stored in ``offsets.json`` and batch manifests."""
+    out = {"offset": st.offset, "base": st.base}
+    if st.sealed:
+        out["sealed"] = True
+    return out
+
+
+def _first_frame_bytes(chunk: bytes) -> int:
+    """Bytes of the frame ``chunk`` starts with (0 if it does not start with a frame)."""
+    magic, kind, name_len, _, length, _, _ = sf.FRAME.unpack_from(chunk, 0)
+    if magic != sf.MAGIC or length > sf.MAX_PAYLOAD:
+        return 0
+    return sf.FRAME_BYTES + ((name_len + 7) & ~7) + ((length + 7) & ~7)
+
+
+def _header(payload: memoryview, label: str, out: Parsed) -> dict | None:
+    """run_id, attempt and rank of a header frame (None, and a rejection, if unusable)."""
+    try:
+        header = json.loads(bytes(payload))
+        base = {k: header[k] for k in _BASE if k in header}
+        if not isinstance(base.get("run_id", ""), str) or not all(
+            isinstance(base.get(k, 0), int) for k in ("attempt", "rank")
+        ):
+            raise ValueError(f"bad identity {base}")
+        return base
+    except (ValueError, TypeError, AttributeError) as e:
+        out.rejected.append(f"{label}: unusable {HEADER_TABLE} frame ({str(e)[:80]})")
+        return None
+
+
+_ARROW = {"i": pa.int64(), "u": pa.uint64(), "f": pa.float64()}
+
+
+def _frame_table(frame: sf.Frame, label: str, out: Parsed) -> pa.Table | None:
+    """A ``COLUMNS`` frame as an Arrow table over its bytes (None, and a rejection of its
+    records, if its blocks are inconsistent)."""
+    try:
+        names, arrays = [], []
+        for name, kind, a, b in sf.decode_columns(frame.payload, frame.rows):
+            if kind in _ARROW:
+                array = pa.Array.from_buffers(_ARROW[kind], frame.rows, [None, pa.py_buffer(a)])
+            else:
+                arrow = pa.string() if kind == "s" else pa.large_string()
+                buffers = [None, pa.py_buffer(a), pa.py_buffer(b)]
+                array = pa.Array.from_buffers(arrow, frame.rows, buffers)
+                array.validate(full=True)  # offsets in order, UTF-8
+            names.append(name)
+            arrays.append(array)
+        return pa.Table.from_arrays(arrays, names=names)
+    except (ValueError, pa.ArrowInvalid, UnicodeDecodeError) as e:
+        out.rejected.extend(
+            [f"{label}: bad {frame.name} frame ({str(e)[:80]})"] * max(frame.rows, 1)
+        )
+        return None
+
+
+def _writer_alive(path: str, mtime: float) -> bool:
+    """Whether the process that writes spool file ``path`` (its pid is in the name) runs
+    and started before the file was last written (a reused pid belongs to a younger one)."""
+    from ranksight.collectors.local_ranks import is_alive, parse_spool_path
+
+    found = parse_spool_path(path)
+    return found is not None and is_alive(found.pid, mtime)

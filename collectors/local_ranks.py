@@ -1,7 +1,8 @@
 """Which processes on this node are ranks: from the spool files they write, or the store.
 
-Each hooked rank writes ``<spool>/<run_id>/a<attempt>/rank<rank:05d>-<pid>.jsonl``
-(``trainer_hooks/spool.py``), so the agent knows the local ranks and their pids without
+Each hooked rank writes ``<spool>/<run_id>/a<attempt>/rank<rank:05d>-<pid>-<n>.spool``
+segments (``trainer_hooks/spool.py``; older hooks: ``rank<rank:05d>-<pid>.jsonl``), so the
+agent knows the local ranks and their pids without
 asking anyone. A process counts as that rank while its pid is alive and was started no
 later than the file was last written (a reused pid belongs to a younger process).
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import psutil
 
-_NAME = re.compile(r"^rank(\d+)-(\d+)\.jsonl$")
+_NAME = re.compile(r"^rank(\d+)-(\d+)(?:-(\d+)\.spool|\.jsonl)$")
 _ATTEMPT = re.compile(r"^a(\d+)$")
 
 
@@ -30,7 +31,7 @@ class LocalRank:
     rank: int
     pid: int
     spool_path: str
-    """Its spool file ("" when found through the store)."""
+    """Its spool file, the newest segment ("" when found through the store)."""
 
 
 def parse_spool_path(path: str) -> LocalRank | None:
@@ -64,8 +65,8 @@ def scan_spool(
     ``alive_only``: only ranks whose process runs now. ``max_age_s``: only files written in
     the last that many seconds. A missing folder gives an empty list.
     """
-    found, now = [], time.time()
-    for path in glob.glob(os.path.join(glob.escape(spool_dir), "*", "a*", "rank*.jsonl")):
+    found, now = {}, time.time()
+    for path in sorted(glob.glob(os.path.join(glob.escape(spool_dir), "*", "a*", "rank*"))):
         lr = parse_spool_path(path)
         if lr is None:
             continue
@@ -77,8 +78,8 @@ def scan_spool(
             continue
         if alive_only and not is_alive(lr.pid, mtime):
             continue
-        found.append(lr)
-    return sorted(found, key=lambda r: (r.run_id, r.attempt, r.rank, r.pid))
+        found[(lr.run_id, lr.attempt, lr.rank, lr.pid)] = lr  # sorted: the newest segment wins
+    return [found[k] for k in sorted(found)]
 
 
 def from_store(store, run_id: str, host: str, attempt: int | None = None) -> list[LocalRank]:

@@ -150,6 +150,9 @@ def agent(
     buffer_mb: int = typer.Option(1024, min=1, help="disk buffer bound, MiB"),
     drop: str = typer.Option("drop_oldest", help="when the buffer is full: drop_oldest or drop_newest"),
     stats_interval: float = typer.Option(10.0, min=0, help="seconds between agent_stats rows"),
+    keep_spool: bool = typer.Option(
+        False, "--keep-spool", help="keep spool segments once stored (default: delete them)"
+    ),
     collectors: str = typer.Option(
         "default",
         help="node collectors: default, none, or some of nvml,xid,topology,rdma,netdev,host,fr,stacks",
@@ -174,6 +177,7 @@ def agent(
         cfg = AgentConfig(
             interval_s=interval, batch_rows=batch_rows, buffer_dir=buffer_dir,
             buffer_bytes=buffer_mb << 20, drop_policy=drop, stats_interval_s=stats_interval,
+            keep_spool=keep_spool,
         )  # fmt: skip
         a = open_agent(spool or default_spool_dir(), store, cfg)
     except ValueError as e:

@@ -1,6 +1,11 @@
 """Real processes for the agent's fault tests: a paced hooked gloo job, a `ranksight agent`
-process, and the exactly-once check of the store against the ranks' own spool lines and
-counters (read here with plain ``json``, independently of the agent's parser)."""
+process, and the exactly-once check of the store against the ranks' own spool records and
+counters (read here with the spool format's frame decoder and plain ``json``,
+independently of the agent's parser and validation).
+
+The agent deletes spool segments once they are stored, so :func:`start_job` also starts a
+keeper thread that hard-links every segment into ``<spool>.kept/`` as soon as it appears:
+the ranks' records stay readable for the check, and the agent's deletions are real."""
 
 from __future__ import annotations
 
@@ -9,11 +14,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 from ranksight.store import Store, schema
+from ranksight.trainer_hooks import spool_format as sf
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "paced_job.py")
 
@@ -34,12 +41,77 @@ def child_env() -> dict:
     return env
 
 
+SEGMENT_BYTES = 16 << 10
+"""Spool segment size of the paced job: small, so segments are closed and deleted mid-run."""
+
+
 def start_job(spool: str, run_id: str, steps: int, pace_s: float, out: str, ranks: int = 2):
-    """torchrun the paced job in the background."""
+    """torchrun the paced job in the background (spool segments of ``SEGMENT_BYTES``),
+    and keep a hard link of each of its spool segments (:func:`keep_spool`)."""
+    keep_spool(spool)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     cmd += [f"--nproc-per-node={ranks}", WORKER, spool, run_id, str(steps), str(pace_s), out]
     log = open(os.path.join(out, "job.log"), "w")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env())
+    env = {**child_env(), "RANKSIGHT_TEST_SEGMENT_BYTES": str(SEGMENT_BYTES)}
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+_keepers: dict[str, threading.Thread] = {}
+
+
+def keep_spool(spool: str, every_s: float = 0.01) -> None:
+    """Hard-link every spool file under ``spool`` into ``<spool>.kept/`` (same relative
+    path) as soon as it appears, from a daemon thread, for the life of this process."""
+    if spool in _keepers:
+        return
+
+    def run() -> None:
+        while True:
+            for path in glob.glob(os.path.join(spool, "*", "a*", "rank*")):
+                kept = os.path.join(spool + ".kept", os.path.relpath(path, spool))
+                if not os.path.exists(kept):
+                    os.makedirs(os.path.dirname(kept), exist_ok=True)
+                    try:
+                        os.link(path, kept)
+                    except (FileNotFoundError, FileExistsError):
+                        pass
+            time.sleep(every_s)
+
+    _keepers[spool] = threading.Thread(target=run, daemon=True, name=f"keep {spool}")
+    _keepers[spool].start()
+
+
+def spool_files(spool: str, run_id: str) -> list[str]:
+    """The run's spool files: those still there and the kept links of deleted ones."""
+    found = {}
+    for folder in (spool + ".kept", spool):
+        for path in glob.glob(os.path.join(folder, run_id, "a*", "rank*")):
+            found[os.path.relpath(path, folder)] = path
+    return sorted(found.values())
+
+
+def read_segment(path: str) -> list[dict]:
+    """Every record of a binary spool segment as a dict (the header's identity included),
+    decoded frame by frame; asserts the segment is undamaged."""
+    data = Path(path).read_bytes()
+    header, out = {}, []
+    for item in sf.frames(data):
+        assert isinstance(item, sf.Frame), f"{path}: {item}"
+        if item.kind == sf.HEADER:
+            header = json.loads(bytes(item.payload))
+        elif item.kind == sf.JSON_LINES:
+            out += [{**header, **json.loads(line)} for line in bytes(item.payload).splitlines()]
+        elif item.kind == sf.COLUMNS:
+            columns = {}
+            for name, kind, a, b in sf.decode_columns(item.payload, item.rows):
+                if kind in "iuf":
+                    columns[name] = a.tolist()
+                else:
+                    raw = bytes(b)
+                    columns[name] = [raw[i:j].decode() for i, j in zip(a[:-1], a[1:], strict=True)]
+            for i in range(item.rows):
+                out.append({**header, "t": item.name, **{k: v[i] for k, v in columns.items()}})
+    return out
 
 
 def start_agent(spool: str, url: str, log_path: str, *extra: str) -> subprocess.Popen:
@@ -54,11 +126,14 @@ def spool_records(spool: str, run_id: str) -> dict[str, list[tuple]]:
     """Every record the ranks wrote for ``run_id``, as :func:`key_columns` tuples per
     table (the rank's first, for tables with a rank; ``runs`` has none)."""
     out: dict[str, list[tuple]] = {}
-    for path in glob.glob(os.path.join(spool, run_id, "a*", "*.jsonl")):
-        lines = Path(path).read_bytes().splitlines()
-        header = json.loads(lines[0])
-        for raw in lines[1:]:
-            rec = {**header, **json.loads(raw)}
+    for path in spool_files(spool, run_id):
+        if path.endswith(sf.SUFFIX):
+            recs = read_segment(path)
+        else:
+            lines = Path(path).read_bytes().splitlines()
+            header = json.loads(lines[0])
+            recs = [{**header, **json.loads(raw)} for raw in lines[1:]]
+        for rec in recs:
             t = rec["t"]
             row = tuple(rec.get(c, _default(t, c)) for c in key_columns(t))
             out.setdefault(t, []).append(row)

@@ -5,6 +5,7 @@ checked against the ranks' own counters and spool lines (``tests/agent_harness.p
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import signal
@@ -78,13 +79,19 @@ def test_server_killed_for_30_s_mid_run_loses_and_duplicates_nothing(server, tmp
 
 
 def assert_eventually_exactly_once(store, spool, run_id, out, ranks=2, timeout_s=120) -> int:
-    """Wait until the agent caught up, then check exactly once."""
-    from .agent_harness import spool_records
+    """Wait until the agent caught up, then check exactly once, and that the agent deleted
+    every spool segment of the run (each was closed and is stored)."""
+    from .agent_harness import spool_files, spool_records
 
     want = sum(len(v) for v in spool_records(spool, run_id).values())
     wait_for(lambda: stored_count(store, run_id) >= want, timeout_s, f"{want} rows stored")
     time.sleep(1.0)  # a duplicate arriving late would show now
-    return assert_exactly_once(store, spool, run_id, out, ranks)
+    n = assert_exactly_once(store, spool, run_id, out, ranks)
+    segments = [p for p in spool_files(spool, run_id) if p.endswith(".spool")]
+    assert len(segments) > 2 * ranks, "the ranks wrote several segments each"
+    left = lambda: glob.glob(os.path.join(spool, run_id, "a*", "*.spool"))  # noqa: E731
+    wait_for(lambda: not left(), 30, "the stored spool segments to be deleted")
+    return n
 
 
 def test_agent_killed_repeatedly_mid_run_loses_and_duplicates_nothing(server, tmp_path) -> None:

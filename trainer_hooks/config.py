@@ -44,7 +44,11 @@ class HooksConfig:
     """In-memory records waiting for the writer thread; past this, new records are dropped
     and counted (about 300 bytes each: 60 MB at the bound)."""
     spool_budget_bytes: int = 2 << 30
-    """Most bytes one rank process writes to its spool file; past this, records are dropped."""
+    """Most bytes of one rank process's spool segments on disk at once (the agent deletes
+    segments once the store has them); past this, records are dropped and counted."""
+    spool_segment_bytes: int = 64 << 20
+    """A spool segment past this size is closed and the next one started, bytes; the
+    agent deletes closed segments once the store has every record in them."""
     flush_interval_s: float = 0.25
     """How often the writer thread moves buffered records to the spool file, seconds."""
 
@@ -57,5 +61,7 @@ class HooksConfig:
             raise ValueError(f"run id {self.run_id!r} must be non-empty with no '/' or leading '.'")
         if self.max_buffered_records < 1 or self.spool_budget_bytes < 1:
             raise ValueError("max_buffered_records and spool_budget_bytes must be positive")
+        if self.spool_segment_bytes < 4096:
+            raise ValueError(f"spool_segment_bytes must be >= 4096, got {self.spool_segment_bytes}")
         if self.flush_interval_s <= 0:
             raise ValueError(f"flush_interval_s must be > 0, got {self.flush_interval_s}")

@@ -147,6 +147,7 @@ class Hooks:
             max_buffered=config.max_buffered_records,
             budget_bytes=config.spool_budget_bytes,
             flush_interval_s=config.flush_interval_s,
+            segment_bytes=config.spool_segment_bytes,
             tick=self._progress,
         )
         if self._spool.error:

@@ -1,38 +1,53 @@
 """Hand records from a rank to the node agent without ever blocking the training loop.
 
 The training thread appends to a bounded in-memory buffer (a deque append: no lock, no
-I/O). A daemon writer thread moves records to a node-local JSON-lines spool file, which
-the agent tails. When the buffer is full, or the spool file is over its byte budget, or
-the disk refuses a write, records are dropped and counted; training never waits.
+I/O). A daemon writer thread moves records to node-local spool segments in the binary
+frame format of ``trainer_hooks/spool_format.py`` (columnar, one frame per table per
+flush), which the agent reads. When the buffer is full, or the rank's segments on disk
+are over their byte budget, or the disk refuses a write, records are dropped and
+counted; training never waits.
+
+Segments: ``<spool_dir>/<run_id>/a<attempt>/rank<rank:05d>-<pid>-<n:04d>.spool``. Each
+starts with a header frame (run_id, attempt, rank) and, once the writer moves on to the
+next one (past ``segment_bytes``) or closes, ends with an end frame. The agent deletes a
+segment once it has read it to its end frame and the store has acknowledged every record
+in it, so a rank's spool uses about ``segment_bytes`` of disk while an agent keeps up, and
+at most the budget while none runs.
 """
 
 from __future__ import annotations
 
 import collections
-import json
 import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from .spool_format import SUFFIX, encode, end_frame, header_frame
+
 HEADER_TABLE = "_header"
-"""The first line of every spool file: ``{"t": "_header", "run_id", "attempt", "rank", ...}``.
-Record lines carry ``"t"`` (the table) and the table's columns minus run_id/attempt/rank."""
+"""Table name of a segment's header frame (and the ``"t"`` of a JSON spool's header
+line, the format older hooks wrote: ``{"t": "_header", "run_id", "attempt", "rank"}``)."""
 
 
-def spool_path(spool_dir: str, run_id: str, attempt: int, rank: int) -> str:
-    """``<spool_dir>/<run_id>/a<attempt>/rank<rank:05d>-<pid>.jsonl`` for this process."""
-    return os.path.join(spool_dir, run_id, f"a{attempt}", f"rank{rank:05d}-{os.getpid()}.jsonl")
+def spool_path(spool_dir: str, run_id: str, attempt: int, rank: int, segment: int = 0) -> str:
+    """``<spool_dir>/<run_id>/a<attempt>/rank<rank:05d>-<pid>-<segment:04d>.spool`` for
+    this process."""
+    name = f"rank{rank:05d}-{os.getpid()}-{segment:04d}{SUFFIX}"
+    return os.path.join(spool_dir, run_id, f"a{attempt}", name)
 
 
 class SpoolWriter:
-    """Bounded, non-blocking record hand-off to one spool file.
+    """Bounded, non-blocking record hand-off to a rank's spool segments.
 
     ``put(record)`` costs one deque append. ``records`` counts records written to the
-    file, ``dropped`` counts records lost (buffer full, budget exhausted, write error).
+    spool, ``dropped`` counts records lost (buffer full, budget exhausted, write error).
     ``tick()``, if given, is called from the writer thread every ``tick_interval_s`` and its
     records are written too (progress snapshots that go on while training is stuck).
+    ``budget_bytes`` bounds this process's segments on disk (segments the agent deleted
+    no longer count); ``segment_bytes``: a segment past this size is closed and the next
+    one started. ``path`` is the segment being written.
     """
 
     def __init__(
@@ -43,6 +58,7 @@ class SpoolWriter:
         max_buffered: int,
         budget_bytes: int,
         flush_interval_s: float,
+        segment_bytes: int = 64 << 20,
         tick: Callable[[], list[dict[str, Any]]] | None = None,
         tick_interval_s: float = 2.0,
     ) -> None:
@@ -54,54 +70,105 @@ class SpoolWriter:
         self._buf: collections.deque[dict[str, Any]] = collections.deque()
         self._max = max_buffered
         self._budget = budget_bytes
+        self._segment_bytes = segment_bytes
         self._interval = flush_interval_s
-        self._written = 0
+        self._header = header
+        self._segment = 0
+        self._segment_records = 0
+        self._size = 0  # bytes of the open segment
+        self._closed_segments: list[tuple[str, int]] = []  # (path, bytes) still on disk
         self._stop = threading.Event()
-        self._file = self._open(header)
+        self._fd = self._open(path)
         self._thread = threading.Thread(target=self._run, name="ranksight-spool", daemon=True)
         self._thread.start()
 
-    def _open(self, header: dict[str, Any]):
+    def _open(self, path: str) -> int | None:
+        """Create segment ``path`` with its header frame; None (and :attr:`error`) if not."""
         try:
-            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-            f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - owned by the writer
-            line = json.dumps({"t": HEADER_TABLE, **header}) + "\n"
-            f.write(line)
-            f.flush()
-            self._written += len(line)
-            return f
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            head = header_frame({**self._header, "segment": self._segment})
+            os.write(fd, head)
+            self.path, self._size, self._segment_records = path, len(head), 0
+            return fd
         except OSError as e:
-            self.error = f"cannot open spool file {self.path}: {e}"
+            self.error = f"cannot open spool file {path}: {e}"
             return None
 
     def put(self, record: dict[str, Any]) -> None:
         """Queue one record (``record["t"]`` names its table). Never blocks."""
-        if len(self._buf) >= self._max or self._file is None:
+        if len(self._buf) >= self._max or self._fd is None:
             self.dropped += 1
             return
         self._buf.append(record)
 
+    def _on_disk(self) -> int:
+        """Bytes of this process's segments still on disk (the agent deletes stored ones)."""
+        self._closed_segments = [(p, n) for p, n in self._closed_segments if os.path.exists(p)]
+        return self._size + sum(n for _, n in self._closed_segments)
+
     def _drain(self) -> None:
-        buf, lines = self._buf, []
-        while buf:
-            lines.append(json.dumps(buf.popleft(), separators=(",", ":")))
-        if not lines:
+        buf = self._buf
+        records = [buf.popleft() for _ in range(len(buf))]
+        if not records:
             return
-        if self._file is None:
-            self.dropped += len(lines)
-            return
-        data = "\n".join(lines) + "\n"
-        if self._written + len(data) > self._budget:
-            self.dropped += len(lines)
+        if self._fd is None:
+            self.dropped += len(records)
             return
         try:
-            self._file.write(data)
-            self._file.flush()
-            self._written += len(data)
-            self.records += len(lines)
-        except (OSError, ValueError) as e:
-            self.dropped += len(lines)
+            data = encode(records)
+        except Exception as e:  # noqa: BLE001 - a record the encoder chokes on is dropped
+            self.dropped += len(records)
+            self.error = f"spool encoding failed: {e}"
+            return
+        closed = sum(n for _, n in self._closed_segments)
+        if self._size + closed + len(data) > self._budget:
+            if self._on_disk() + len(data) > self._budget:  # after the agent's deletions
+                self.dropped += len(records)
+                return
+        try:
+            written = os.write(self._fd, data)
+            if written != len(data):
+                raise OSError(f"short write ({written} of {len(data)} bytes)")
+        except OSError as e:
+            self.dropped += len(records)
             self.error = f"spool write failed: {e}"
+            try:  # never leave half a frame that later frames would follow
+                os.ftruncate(self._fd, self._size)
+            except OSError:
+                self._rotate(seal=False)
+            return
+        self._size += len(data)
+        self.records += len(records)
+        self._segment_records += len(records)
+        if self._size >= self._segment_bytes:
+            self._rotate()
+
+    def _rotate(self, seal: bool = True) -> None:
+        """Close the open segment (with its end frame) and start the next one."""
+        self._close_segment(seal)
+        self._segment += 1
+        directory, name = os.path.split(self.path)
+        prefix = name.rsplit("-", 1)[0]
+        self._fd = self._open(os.path.join(directory, f"{prefix}-{self._segment:04d}{SUFFIX}"))
+
+    def _close_segment(self, seal: bool = True) -> None:
+        if self._fd is None:
+            return
+        try:
+            if seal:
+                tail = end_frame(self._segment_records)
+                os.write(self._fd, tail)
+                self._size += len(tail)
+        except OSError as e:
+            self.error = f"spool write failed: {e}"
+        finally:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._closed_segments.append((self.path, self._size))
+            self._fd = None
 
     def _run(self) -> None:
         next_tick = time.monotonic() + self._tick_interval
@@ -116,13 +183,8 @@ class SpoolWriter:
             self._drain()
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Write what is buffered and close the file. Safe to call twice."""
+        """Write what is buffered, end the segment and close it. Safe to call twice."""
         self._stop.set()
         self._thread.join(timeout_s)
         self._drain()
-        if self._file is not None:
-            try:
-                self._file.close()
-            except OSError:
-                pass
-            self._file = None
+        self._close_segment()

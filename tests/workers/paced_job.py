@@ -19,8 +19,13 @@ from ranksight import trainer_hooks
 spool, run_id, steps, pace, out = sys.argv[1:6]
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
+segment = int(os.environ.get("RANKSIGHT_TEST_SEGMENT_BYTES", str(64 << 20)))
 hooks = trainer_hooks.attach(
-    mesh={"dp": rank, "tp": 0, "pp": 0}, mesh_shape={"dp": world}, spool_dir=spool, run_id=run_id
+    mesh={"dp": rank, "tp": 0, "pp": 0},
+    mesh_shape={"dp": world},
+    spool_dir=spool,
+    run_id=run_id,
+    spool_segment_bytes=segment,
 )
 x = torch.ones(256)
 for step in range(int(steps)):
