@@ -9,6 +9,9 @@
   element count, so the desync check compares members at each sequence; ``end_ns`` is the
   completion time where the entry completed, else 0.
 
+Dumps whose ``pg_config`` lists no members (gloo) leave ``group_ranks`` empty;
+:func:`fill_members` then takes every imported rank as a member.
+
 Groups whose ops are P2P (pipeline groups: send/recv entries, or a description naming
 the pipeline) get ``direction = "p2p"``: their members do not issue in lockstep.
 """
@@ -66,10 +69,13 @@ def rows_of(dump: FrDump, host: str, ts_ns: int) -> Rows:
     last_op = {}
     for e in dump.entries:
         last_op[e["pg_name"]] = e["op"]
-    for pid, name in pg_names(dump).items():
+    descs = {str(e["pg_id"]): (e["pg_name"], e["pg_desc"]) for e in dump.entries}
+    for pid, name in (
+        pg_names(dump) or {i: descs[i][0] for i in dump.pg_status if i in descs}
+    ).items():
         status, cfg = dump.pg_status.get(pid) or {}, _config(dump, name)
-        members = parse_ranks(cfg.get("ranks", "")) or [rank]
-        desc = str(cfg.get("desc") or name)
+        members = parse_ranks(cfg.get("ranks", ""))  # [] (gloo dumps): filled in by the caller
+        desc = str(cfg.get("desc") or descs.get(pid, ("", ""))[1] or name)
         p2p = name in p2p_pgs or "PIPELINE" in desc.upper()
         out.add(
             "progress",
@@ -83,7 +89,7 @@ def rows_of(dump: FrDump, host: str, ts_ns: int) -> Rows:
         if e["is_p2p"] or e["collective_seq_id"] < 0:
             continue
         cfg = _config(dump, e["pg_name"])
-        members = parse_ranks(cfg.get("ranks", "")) or [rank]
+        members = parse_ranks(cfg.get("ranks", ""))
         sizes, dtypes = json.loads(e["input_sizes"]), json.loads(e["input_dtypes"])
         out.add(
             "collectives",
@@ -116,3 +122,13 @@ def dump_time(dump: FrDump, fallback_ns: int) -> int:
     """The newest time in the dump (its entries' creation/completion), else ``fallback_ns``."""
     times = [max(e["time_created_ns"], e["time_completed_ns"]) for e in dump.entries]
     return max(times) if times else fallback_ns
+
+
+def fill_members(rows: Rows, ranks: list[int]) -> None:
+    """Give rows with no known members (``group_ranks`` "") the members ``ranks``."""
+    text = ranks_text(ranks)
+    for table in ("progress", "collectives"):
+        for r in rows.tables.get(table, []):
+            if r.get("group_ranks") == "" and r.get("group_id", "").endswith("[]"):
+                r["group_ranks"] = text
+                r["group_id"] = r["group_id"][:-2] + f"[{text}]"

@@ -12,6 +12,8 @@ What is kept, per rank (``distributedInfo.rank``, else the file name's number):
 - GPU compute: the summed duration of the non-NCCL kernels launched in each step ->
   one ``phases`` row per step (phase ``gpu_compute``): what the straggler test compares
   between ranks;
+- CPU-only traces (gloo): the step's host time outside collectives as ``gpu_compute``,
+  and c10d's host spans (``gloo:all_reduce``) as the collectives;
 - NCCL kernels (``ncclKernel_*``, ``ncclDevKernel_*``) -> ``collectives``: op, element
   count, dtype and process group from the kernel's args where the trace has them
   (``Collective name``, ``In msg nelems``, ``Process Group Ranks``...); else the op from
@@ -59,6 +61,15 @@ class KinetoRank:
         default_factory=list
     )  # (start, dur, op, nelems_in, nelems_out, dtype, pg_desc, ranks)
     events: int = 0
+    host_spans: list[tuple] = field(default_factory=list)
+    """c10d's host spans of collectives (``gloo:all_reduce``, ``nccl:all_reduce``), used
+    as the collectives only when the trace has no NCCL kernels (CPU-only, gloo)."""
+
+    @property
+    def collectives(self) -> list[tuple]:
+        """NCCL kernels, else the host spans."""
+        return self.nccl or self.host_spans
+
     problems: list[str] = field(default_factory=list)
 
 
@@ -200,6 +211,9 @@ def _take(out: KinetoRank, ev: dict) -> None:
             )  # fmt: skip
         else:
             out.compute.extend((ts, dur))
+    elif cat in ("cpu_op", "user_annotation") and name.startswith(("gloo:", "nccl:")):
+        # c10d's profiling span of a collective on the host (CPU-only traces have no kernels)
+        out.host_spans.append((ts, dur, norm_op(name), 0, 0, "", "", ""))
     elif (m := STEP.match(name)) and cat in ("user_annotation", "cpu_op", None):
         out.steps.append((int(m.group(1)), ts, ts + dur))
 
@@ -228,12 +242,19 @@ def rows_of(traces: list[KinetoRank]) -> Rows:
             comp = np.frombuffer(t.compute, dtype=float).reshape(-1, 2)
             idx = np.searchsorted(starts, comp[:, 0], side="right") - 1
             busy = np.bincount(idx[idx >= 0], weights=comp[idx >= 0, 1], minlength=len(steps))
+            if not len(comp):  # CPU-only trace: the step's host time outside collectives
+                comm = np.array([(c[0], c[1]) for c in t.collectives], dtype=float).reshape(-1, 2)
+                cidx = np.searchsorted(starts, comm[:, 0], side="right") - 1
+                waited = np.bincount(
+                    cidx[cidx >= 0], weights=comm[cidx >= 0, 1], minlength=len(steps)
+                )
+                busy = np.clip(np.array([b - a for _, a, b in steps]) - waited, 0, None)
             for (step, a, _), us in zip(steps, busy, strict=True):
                 out.add("phases", {"rank": t.rank, "step": step, "phase": "gpu_compute",
                                    "microbatch": -1, "stage": -1, "start_ns": ns(a),
                                    "end_ns": ns(a + us), "wait_ns": 0})  # fmt: skip
         seq: dict[str, int] = {}
-        for ts, dur, op, nin, nout, dtype, desc, ranks_s in sorted(t.nccl):
+        for ts, dur, op, nin, nout, dtype, desc, ranks_s in sorted(t.collectives):
             members = parse_ranks(ranks_s) or everyone
             gid = group_id(desc or f"kineto_{op}", members)
             seq[gid] = seq.get(gid, -1) + 1
@@ -252,7 +273,7 @@ def comm_time_by_op(traces: list[KinetoRank]) -> dict[str, dict[str, float]]:
     """Per collective op: kernels and total GPU time (ms) over every trace."""
     out: dict[str, dict[str, float]] = {}
     for t in traces:
-        for _, dur, op, *_ in t.nccl:
+        for _, dur, op, *_ in t.collectives:
             d = out.setdefault(op, {"kernels": 0, "total_ms": 0.0})
             d["kernels"] += 1
             d["total_ms"] = round(d["total_ms"] + dur / 1000.0, 3)

@@ -153,6 +153,8 @@ class _State:
         self.kineto: list[kineto.KinetoRank] = []
         self.silent: list[tuple[int | None, FileResult]] = []
         self.seen: dict[tuple[str, int], str] = {}
+        self.fr_unknown = Rows()
+        self.fr_ranks: set[int] = set()
         self.marks: dict[str, dict[str, int]] = {}
         self.mesh: dict = {}
         self.kinds: set[str] = set()
@@ -228,7 +230,15 @@ class _State:
         if not dump.format:
             raise ValueError("; ".join(dump.problems))
         host = self.cfg.host
-        self.rows.merge(fr.rows_of(dump, host, fr.dump_time(dump, self.ts_ns)))
+        rows = fr.rows_of(dump, host, fr.dump_time(dump, self.ts_ns))
+        for table in ("progress", "collectives"):  # members unknown: held for fill_members
+            keep, held = [], self.fr_unknown.tables.setdefault(table, [])
+            for r in rows.tables.get(table, []):
+                (held if r.get("group_ranks") == "" else keep).append(r)
+            rows.tables[table] = keep
+        self.rows.merge(rows)
+        if dump.rank is not None:
+            self.fr_ranks.add(dump.rank)
         problems = "; ".join(dump.problems)
         if dump.rank is None:
             problems = (
@@ -275,7 +285,9 @@ class _State:
         if trace.rank is None:
             raise ValueError("no rank in distributedInfo or the file name")
         self.kineto.append(trace)
-        note = f"{trace.events} events, {len(trace.steps)} steps, {len(trace.nccl)} NCCL kernels"
+        note = (
+            f"{trace.events} events, {len(trace.steps)} steps, {len(trace.collectives)} collectives"
+        )
         return (note + ": " + "; ".join(trace.problems)) if trace.problems else note, trace.rank
 
     def _wia_trace(self, path: str, rank: int | None) -> tuple[str, int | None]:
@@ -294,6 +306,9 @@ class _State:
                     "watchdog",
                     "no watchdog line: this rank reported no timeout",
                 )
+        if self.fr_unknown.count():
+            fr.fill_members(self.fr_unknown, sorted(self.fr_ranks))
+            self.rows.merge(self.fr_unknown)
         if self.watchdog:
             self.rows.merge(watchdog.rows_of(self.watchdog, self.ts_ns))
         if self.nccl:

@@ -1,0 +1,247 @@
+"""``ranksight import`` on real artifacts (../shared/realdata, see its MANIFEST.md) and on
+dumps and traces of real gloo runs here (tests/data/import): the report's culprit and
+cause must be the known answer."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import pandas as pd
+import pytest
+
+from ranksight.analyzer import analyze
+from ranksight.analyzer.whatif import replay, whatif_slowdown
+from ranksight.importer import ImportConfig, import_paths, sniff
+from ranksight.store import open_store
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REALDATA = os.path.join(HERE, "..", "..", "shared", "realdata")
+DATA = os.path.join(HERE, "data", "import")
+
+
+def realdata(*parts: str) -> str:
+    path = os.path.join(REALDATA, *parts)
+    if not os.path.exists(path):
+        pytest.fail(
+            f"{path} is missing: CI puts a copy of shared/ beside the checkout", pytrace=False
+        )
+    return path
+
+
+@pytest.fixture
+def chdb(tmp_path):
+    store = open_store(str(tmp_path / "store"))
+    store.init_schema()
+    return store
+
+
+def run(store, *paths, run_id="r"):
+    result = import_paths(store, list(paths), ImportConfig(run_id=run_id))
+    return result, analyze(store, run_id)
+
+
+def culprits(analysis, kind=None):
+    return {f.culprit_rank for f in analysis.findings if kind is None or f.kind == kind}
+
+
+def answer(folder: str) -> dict:
+    with open(os.path.join(folder, "ANSWER.json")) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("case", ["gpu_error_1st", "gpu_error_2nd"])
+def test_flight_recorder_every_injected_rank(chdb, case) -> None:
+    folder = realdata("nvrx_fr_dumps", case)
+    with open(os.path.join(folder, "fault_injection.log")) as f:
+        injected = {int(x) for x in f.readline().split("[")[1].split("]")[0].split(",")}
+    result, analysis = run(chdb, folder)
+    assert len([f for f in result.files if f.kind == "flight_recorder"]) == 16
+    assert culprits(analysis, "hang") == injected
+    assert {f.cause for f in analysis.findings} == {"stopped_completing"}
+
+
+def test_flight_recorder_missing_dumps_say_what_is_undecided(chdb, tmp_path) -> None:
+    folder = tmp_path / "some"
+    folder.mkdir()
+    for r in range(16):
+        if r not in (13, 15):
+            shutil.copy(realdata("nvrx_fr_dumps", "gpu_error_1st", f"_dump_{r}"), folder)
+    _, analysis = run(chdb, str(folder))
+    # rank 14 was told apart by 13 and 15 completing what it did not: without their dumps
+    # that cannot be decided, and no innocent rank is named instead
+    assert culprits(analysis, "hang") == {12}
+    assert any("13,15" in n and "cannot be decided" in n for n in analysis.notes)
+
+
+def test_watchdog_desync(chdb) -> None:
+    folder = realdata("handed", "watchdog_desync_4r")
+    _, analysis = run(chdb, folder)
+    want = answer(folder)
+    desync = [f for f in analysis.findings if f.kind == "desync"]
+    assert [f.culprit_rank for f in desync] == want["culprit_ranks"]
+    assert desync[0].evidence["seq"] == want["seq"]
+    assert culprits(analysis) == set(want["culprit_ranks"])
+
+
+def test_watchdog_missing_rank(chdb) -> None:
+    folder = realdata("handed", "watchdog_missing_rank_8r")
+    _, analysis = run(chdb, folder)
+    want = answer(folder)
+    assert culprits(analysis) == set(want["culprit_ranks"])
+    (f,) = analysis.findings
+    assert f.kind == "hang" and f.evidence["seq"] == want["seq"]
+
+
+def test_pyspy_loader_stall(chdb) -> None:
+    folder = realdata("handed", "pyspy_loader_stall_8r")
+    _, analysis = run(chdb, folder)
+    assert culprits(analysis) == set(answer(folder)["culprit_ranks"])
+    assert analysis.findings[0].cause == "data_loader"
+
+
+def test_nccl_debug_lagging_rank(chdb) -> None:
+    folder = realdata("handed", "nccl_debug_lagging_4r")
+    _, analysis = run(chdb, folder)
+    assert culprits(analysis) == set(answer(folder)["culprit_ranks"])
+    assert analysis.findings[0].evidence["issued"] == 179  # 180 calls, opCount 0..0xb3
+
+
+def test_wia_worker_straggler_and_whatif(chdb) -> None:
+    with open(realdata("wia_AR", "result-AR.json")) as f:
+        published = json.load(f)["blocking_slowdown"]
+    _, analysis = run(chdb, realdata("wia_AR"))
+    (f,) = [f for f in analysis.findings if f.kind == "straggler"]
+    assert (f.culprit_rank, f.dp, f.pp, f.cause) == (0, 0, 0, "compute")
+    s = f.evidence["whatif"]["slowdown"]
+    assert abs(s - published) / published < 0.05, s
+    assert f.evidence["worker_or_stage"]["verdict"] == "worker"
+    assert f.evidence["worker_or_stage"]["stage_slowdown"] < 1.1
+
+
+def test_kineto_healthy_baselines(chdb) -> None:
+    folder = realdata("kineto_hta")
+    _, a = run(chdb, os.path.join(folder, "nccl_parser_config_nccl_data.json.gz"), run_id="one")
+    assert a.findings == [] and a.steps_analyzed == 2
+    ranks = [os.path.join(folder, f"trace_filter_sampled_rank-{r}.json.gz") for r in (0, 1)]
+    result, b = run(chdb, *ranks, run_id="two")
+    assert b.findings == []
+    assert result.rows["collectives"] == 20 and result.rows["steps"] == 4
+    coll = chdb.query("SELECT op, numel_in, group_ranks FROM collectives WHERE run_id = 'one'")
+    assert set(coll["op"]) == {"all_reduce", "broadcast"} and coll["numel_in"].max() > 0
+    assert set(coll["group_ranks"]) == {"0,1"}  # from the kernels' metadata
+
+
+def test_kineto_two_jobs_one_rank_is_refused_per_file(chdb) -> None:
+    result, _ = run(chdb, realdata("kineto_hta"))
+    bad = result.failed
+    assert len(bad) == 1 and "already imported" in bad[0].message
+    assert len(result.imported) == 2
+
+
+def test_gloo_hang_flight_recorder(chdb) -> None:
+    _, analysis = run(chdb, os.path.join(DATA, "gloo_hang"))
+    (f,) = analysis.findings
+    assert (f.kind, f.culprit_rank, f.cause) == ("hang", 1, "stuck")
+
+
+def test_gloo_slow_kineto_and_fr_mixed(chdb) -> None:
+    result, analysis = run(chdb, os.path.join(DATA, "gloo_slow"))
+    assert {f.kind for f in result.files} == {"kineto", "flight_recorder"}
+    (f,) = analysis.findings
+    assert (f.kind, f.culprit_rank, f.cause) == ("straggler", 1, "compute")
+    assert f.evidence["whatif"]["slowdown"] > 1.5
+
+
+def test_mixed_inputs_one_run(chdb) -> None:
+    _, analysis = run(
+        chdb,
+        realdata("handed", "pyspy_loader_stall_8r"),
+        realdata("handed", "watchdog_missing_rank_8r"),
+    )
+    assert culprits(analysis) == {0, 6}
+
+
+def test_archive_input(chdb, tmp_path) -> None:
+    archive = tmp_path / "dumps.tar.gz"
+    with tarfile.open(archive, "w:gz") as t:
+        t.add(realdata("nvrx_fr_dumps", "gpu_error_2nd"), arcname="dumps")
+    _, analysis = run(chdb, str(archive))
+    assert culprits(analysis) == {9, 14}
+
+
+def test_bad_files_named_and_the_rest_imported(chdb, tmp_path) -> None:
+    folder = tmp_path / "in"
+    shutil.copytree(os.path.join(DATA, "gloo_slow"), folder)
+    with gzip.open(folder / "kineto_rank1.json.gz") as f:
+        data = f.read()
+    (folder / "kineto_rank1.json.gz").unlink()
+    (folder / "kineto_rank1.json").write_bytes(data[: len(data) // 2])  # truncated
+    (folder / "fr_rank1.json.gz").unlink()
+    (folder / "fr_rank1.json").write_text('{"version": "9.1", "pg_config": {}, "entries": []}')
+    (folder / "trace_rank3.json").write_text('{"traceEvents": 5}')
+    result, _ = run(chdb, str(folder))
+    by = {os.path.basename(f.path): f for f in result.files}
+    assert by["kineto_rank1.json"].ok and "truncated" in by["kineto_rank1.json"].message
+    assert "unknown schema version '9.1'" in by["fr_rank1.json"].message
+    assert not by["trace_rank3.json"].ok and "trace_rank3" in by["trace_rank3.json"].path
+    assert by["kineto_rank0.json.gz"].ok and by["fr_rank0.json.gz"].ok
+
+
+def test_content_not_name_decides(tmp_path) -> None:
+    src = realdata("handed", "watchdog_desync_4r", "rank2.log")
+    odd = tmp_path / "rank2.pkl"
+    shutil.copy(src, odd)
+    assert sniff(str(odd))[0] == "watchdog"
+    gz = tmp_path / "whatever.bin"
+    gz.write_bytes(
+        gzip.compress(open(realdata("nvrx_fr_dumps", "gpu_error_1st", "_dump_0"), "rb").read())
+    )
+    assert sniff(str(gz))[0] == "flight_recorder"
+
+
+def test_replay_three_stage_pipeline() -> None:
+    """Two microbatches through stages 0 -> 1 (eager send, recv waits), then a DP-style
+    collective of both ranks: replay by hand."""
+    rows = []
+
+    def op(rank, t, kind, dur, key="", phase="", mb=-1):
+        rows.append({"rank": rank, "step": 0, "t": t, "kind": kind, "dur_ns": dur, "key": key,
+                     "phase": phase, "microbatch": mb})  # fmt: skip
+
+    for mb in (0, 1):
+        op(0, 10 * mb, "compute", 5.0, phase="forward", mb=mb)
+        op(0, 10 * mb + 5, "send", 1.0, key=f"p{mb}")
+        op(1, 10 * mb, "recv", 1.0, key=f"p{mb}")
+        op(1, 10 * mb + 1, "compute", 2.0, phase="forward", mb=mb)
+    op(0, 100, "coll", 3.0, key="ar")
+    op(1, 100, "coll", 3.0, key="ar")
+    ops = pd.DataFrame(rows)
+    # rank 0: sends at 5 and 10; rank 1: recv 6, compute 8, recv 11, compute 13; ar 13+3
+    assert replay(ops).loc[0] == 16.0
+    w = whatif_slowdown(ops, [0], pd.Series({0: 0, 1: 0}))  # rank 0 at rank 1's 2.0
+    # rank 0: sends at 2 and 4, arrives at 4; rank 1: recv 3, compute 5, recv 6, compute 8
+    assert w.step_ns_without.loc[0] == 8.0 + 3.0
+    assert w.slowdown == pytest.approx(16.0 / 11.0)
+
+
+def test_cli_import_reports_culprit(tmp_path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "ranksight.cli", "import", realdata("handed", "watchdog_desync_4r"),
+         "--store", str(tmp_path / "s"), "--run", "wd", "--format", "json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 3, out.stderr
+    report = json.loads(out.stdout)
+    assert [f["culprit_rank"] for f in report["findings"]] == [2]
+    assert "rank2.log: watchdog rank 2" in out.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "ranksight.cli", "import", str(tmp_path / "nope"), "--store", str(tmp_path / "s")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "nope" in missing.stderr
