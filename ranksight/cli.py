@@ -219,6 +219,12 @@ def _register_extra_commands() -> None:
     app.command("stacks")(stacks)
     app.command("fr-import")(fr_import)
 
+    from ranksight.config_cli import config
+    from ranksight.launch_cli import launch
+
+    app.command("launch")(launch)
+    app.add_typer(config, name="config")
+
     from ranksight.importer.command import import_cmd
 
     app.command("import")(import_cmd)

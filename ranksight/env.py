@@ -20,6 +20,18 @@ HOME = "RANKSIGHT_HOME"
 VERIFY_COUNTS = "RANKSIGHT_VERIFY_COUNTS"
 """``1``: also count collectives at the dispatcher and write both counts at close (a
 completeness check; costs a Python call per tensor op)."""
+AUTO_ATTACH = "RANKSIGHT_AUTO_ATTACH"
+"""``1``: attach the hooks to torchrun workers with no code change (set by ``ranksight
+launch``; see ``trainer_hooks/autoattach.py``)."""
+MESH = "RANKSIGHT_MESH"
+"""Mesh shape for auto-attached hooks, e.g. ``dp=2,pp=2,tp=2`` (default: every rank a DP
+replica)."""
+CONFIG = "RANKSIGHT_CONFIG"
+"""Path of the TOML configuration file (default: ``./ranksight.toml`` if present, else
+``/etc/ranksight/ranksight.toml`` if present)."""
+OTLP_ENDPOINT = "RANKSIGHT_OTLP_ENDPOINT"
+"""OTLP/HTTP endpoint (``http://host:4318``) the node agent exports spans and metrics to;
+unset: ``$OTEL_EXPORTER_OTLP_ENDPOINT``, else no export."""
 CH_USER = "RANKSIGHT_CH_USER"
 """ClickHouse user when the store URL names none (default ``default``)."""
 CH_PASSWORD = "RANKSIGHT_CH_PASSWORD"

@@ -27,12 +27,16 @@ def job_env(run_id: str, spool: str, store_url: str) -> dict[str, str]:
 
 
 def start_agent(
-    spool: str, store_url: str, child_env: dict[str, str], log_path: str
+    spool: str,
+    store_url: str,
+    child_env: dict[str, str],
+    log_path: str,
+    extra: Sequence[str] = (),
 ) -> subprocess.Popen:
-    """A ``ranksight agent`` process shipping ``spool`` to ``store_url`` every 0.5 s; its
-    log is appended to ``log_path``."""
+    """A ``ranksight agent`` process shipping ``spool`` to ``store_url`` every 0.5 s (and
+    the ``extra`` agent options); its log is appended to ``log_path``."""
     cmd = [sys.executable, "-m", "ranksight.cli", "agent", "--spool", spool,
-           "--store", store_url, "--interval", "0.5"]  # fmt: skip
+           "--store", store_url, "--interval", "0.5", *extra]  # fmt: skip
     with open(log_path, "a") as log:
         return subprocess.Popen(cmd, env=child_env, stdout=subprocess.DEVNULL, stderr=log)
 

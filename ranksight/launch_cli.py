@@ -1,0 +1,61 @@
+"""``ranksight launch``: the CLI over ``ranksight/launcher.py``."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+err = Console(stderr=True, soft_wrap=True)
+
+
+def launch(
+    command: list[str] = typer.Argument(
+        ...,
+        help="the launcher command, after '--': torchrun ... / python -m torch.distributed.run ...",
+    ),
+    run_id: str = typer.Option(
+        None, "--run-id", help="run id (default $RANKSIGHT_RUN_ID, torchrun's --rdzv-id, or new)"
+    ),
+    store: str = typer.Option(
+        None, "--store", help="store URL (default from config / $RANKSIGHT_STORE)"
+    ),
+    spool: str = typer.Option(None, "--spool", help="node-local spool folder"),
+    level: str = typer.Option(None, "--level", help="hook level: off, default or detailed"),
+    auto_attach: bool = typer.Option(
+        None, "--auto-attach/--no-auto-attach", help="attach the hooks without code changes"
+    ),
+    mesh: str = typer.Option(
+        None, "--mesh", help="mesh shape for auto-attach, e.g. dp=2,pp=2,tp=2"
+    ),
+    agent: str = typer.Option(
+        None, "--agent", help="auto (reuse or start the node agent) or never"
+    ),
+    grace_s: float = typer.Option(
+        None, "--grace-s", help="seconds from SIGTERM to SIGKILL of the job"
+    ),
+    config: str = typer.Option(None, "--config", help="TOML configuration file"),
+) -> None:
+    """Run a training job with ranksight on: agent, hooks, run status (ranksight launch -- torchrun ...)."""
+    from ranksight.launcher import LaunchConfig, run_launch
+    from ranksight.settings import ConfigError, load_settings
+    from ranksight.store.url import refuse_password
+
+    flags = {"store.url": store, "launch.spool": spool, "launch.level": level,
+             "launch.auto_attach": auto_attach, "launch.mesh": mesh, "launch.agent": agent,
+             "launch.grace_s": grace_s}  # fmt: skip
+    try:
+        refuse_password(store)
+        s = load_settings(config, flags)
+        cfg = LaunchConfig(
+            command=tuple(command), run_id=run_id, store=s["store.url"], spool=s["launch.spool"],
+            level=s["launch.level"], auto_attach=s["launch.auto_attach"], mesh=s["launch.mesh"],
+            agent=s["launch.agent"], grace_s=s["launch.grace_s"],
+        )  # fmt: skip
+        code = run_launch(cfg, say=lambda line: err.print(line, markup=False, highlight=False))
+    except (ConfigError, ValueError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    except Exception as exc:  # StoreError for a bad URL
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
