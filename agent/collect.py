@@ -234,6 +234,10 @@ class Collection:
         self._status(c, "running", f"every {c.interval_s:g} s")
         try:
             self._loop(c)
+            if getattr(c, "collect_on_stop", False):  # what ended with the job
+                self.sink.add(c.collect(time.time_ns()))
+        except Exception as exc:  # noqa: BLE001
+            self._error(c, exc, set())
         finally:
             try:
                 c.close()

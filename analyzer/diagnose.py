@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from .causes import refine_cause
+from .crash import CrashReport, crash_finding, find_crash
 from .findings import Finding
 from .groups import group_axes
 from .hang import find_hang
@@ -127,14 +128,50 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
     findings += desync_findings(data.mismatches, coords)
     findings += nan_findings(data.steps, coords)
     findings.sort(key=lambda f: -f.impact_pct)
+    crashed = None if imported else _crash(data)
     if imported:
         found, more = postmortem(data, coords)
         findings, notes = found + findings, notes + more
+    elif crashed is not None:
+        findings = _with_crash(
+            findings, crash_finding(crashed, coords, data.progress, data.crash_stacks)
+        )
     elif data.run.get("status") != "finished" and not data.progress.empty:
         report = find_hang(data.progress, int(data.steps["end_ns"].max()))
         if report is not None:
             findings.insert(0, hang_finding(report, coords))
     return Analysis(data.run_id, data.attempt, findings, len(analyzed), med_ms, notes)
+
+
+def _crash(data: RunData) -> CrashReport | None:
+    """The crash in ``data`` (analyzer/crash.py), from its rank ends and last records."""
+    if data.ends.empty and data.run.get("status") == "running":
+        return None
+    seen = data.steps.groupby("rank")["end_ns"].max()
+    if not data.progress.empty:
+        seen = (
+            pd.concat([seen, data.progress.groupby("rank")["seen_ns"].max()]).groupby(level=0).max()
+        )
+    last_step = data.steps.groupby("rank")["step"].max()
+    return find_crash(data.ends, seen, last_step, str(data.run.get("status", "")))
+
+
+def _with_crash(findings: list[Finding], crash: Finding) -> list[Finding]:
+    """Add the crash finding first, unless a desync explains it: a rank that died inside
+    a collective its group's members issued differently (gloo aborts on a size mismatch)
+    is a consequence, kept as the desync finding's evidence."""
+    for i, f in enumerate(findings):
+        members = [int(m) for m in str(f.evidence.get("members", "")).split(",") if m]
+        if f.kind == "desync" and crash.culprit_rank in members:
+            evidence = {
+                **f.evidence,
+                "then_crashed": {"rank": crash.culprit_rank, **crash.evidence},
+            }
+            how = crash.evidence.get("detail") or crash.cause
+            summary = f"{f.summary}; then rank {crash.culprit_rank}'s process ended ({how})"
+            findings[i] = replace(f, evidence=evidence, summary=summary)
+            return findings
+    return [crash, *findings]
 
 
 def _finding(s, data: RunData, coords: pd.DataFrame, st: pd.Series, waits: WaitSummary) -> Finding:
@@ -146,8 +183,17 @@ def _finding(s, data: RunData, coords: pd.DataFrame, st: pd.Series, waits: WaitS
     cause, cause_evidence = s.cause, {}
     if s.cause == "compute":
         excess_ms = float(s.excess_ns.mean()) / _MS
+        since = data.steps[data.steps["step"] >= s.onset_step]
+        onset_ns = int(since.loc[since["step"] == s.onset_step, "start_ns"].min())
+        mine = since[since["rank"] == s.rank]
+        step_ms = float((mine["end_ns"] - mine["start_ns"]).mean()) / _MS if len(mine) else 0.0
+        procs = (
+            data.fetch_procs([s.rank, *peers], onset_ns)
+            if data.fetch_procs is not None
+            else data.procs
+        )
         cause, cause_evidence = refine_cause(
-            s.rank, peers, excess_ms, data.phases, data.procs, s.onset_step
+            s.rank, peers, excess_ms, data.phases, procs, s.onset_step, step_ms
         )
     what = _WHAT[cause]
     summary = (

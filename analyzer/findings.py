@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-KINDS = ("straggler", "slow_communication", "hang")
+KINDS = ("straggler", "slow_communication", "hang", "crash", "desync", "nan")
 CAUSES = ("compute", "data_loader", "optimizer", "communication", "unknown")
 
 

@@ -34,8 +34,9 @@ def _ops_waiting_on(report: HangReport, root: int) -> list[dict]:
 
 
 def hang_finding(report: HangReport, coords: pd.DataFrame) -> Finding:
-    """The Finding for ``report``: culprit the first root; cause ``crash`` if its
-    snapshots stopped (the process is gone), else ``stuck`` (alive, in no collective);
+    """The Finding for ``report``: culprit the first root; kind and cause ``crash`` if
+    its snapshots stopped (the process is gone: the hang is its consequence), else
+    ``hang`` ``stuck`` (alive, in no collective);
     with no root (every rank entered the op that never completes, e.g. a desync) culprit
     -1 and cause ``all_blocked``. Impact 100% (no step completes)."""
     root = report.roots[0] if report.roots else -1  # none: every rank is inside the stuck op
@@ -62,7 +63,7 @@ def hang_finding(report: HangReport, coords: pd.DataFrame) -> Finding:
         "blocked": {str(r): b for r, b in report.blocked.items()},
     }
     return Finding(
-        kind="hang",
+        kind="crash" if cause == "crash" else "hang",
         cause=cause,
         culprit_rank=int(root),
         host=str(c["host"]),

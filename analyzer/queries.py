@@ -15,7 +15,7 @@ import pandas as pd
 
 from ranksight.store import Store, StoreError
 
-from . import causes, desync, hang, slow_comm
+from . import causes, crash, desync, hang, slow_comm
 
 _RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
 
@@ -182,8 +182,15 @@ class RunData:
     transfer: pd.DataFrame = field(default_factory=pd.DataFrame)
     mismatches: pd.DataFrame = field(default_factory=pd.DataFrame)
     procs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """Per-rank process samples (``causes.PROCS`` columns) where given up front."""
+    fetch_procs: Callable[[list[int], int], pd.DataFrame] | None = None
+    """Loads ``causes.PROCS`` for the given ranks since a time (ns); None: use ``procs``."""
     stacks: pd.DataFrame = field(default_factory=pd.DataFrame)
     """Each rank's latest good stack dump: rank, stack_summary (``STACKS``)."""
+    ends: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """How ranks ended (``crash.ENDS``: rank_ends rows from the hooks and the launcher)."""
+    crash_stacks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """Python stacks written on a fatal signal: rank, crash_stack (``crash.CRASH_STACKS``)."""
     fetch_ops: Callable[[], tuple[pd.DataFrame, pd.DataFrame]] | None = None
     """Loads the raw ``(phases, collectives)`` rows for the what-if replay (``whatif.py``);
     None where not available."""
@@ -250,10 +257,24 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
         transfer=_query(store, slow_comm.TRANSFER, p),
         fetch_waits=lambda holders: fetch_waits(store, p, holders),
         mismatches=_query(store, desync.MISMATCHES, p),
-        procs=_query(store, causes.PROCS, p),
+        fetch_procs=lambda ranks, since_ns: _optional(
+            store,
+            causes.PROCS,
+            {**p, "ranks": tuple(int(r) for r in ranks) or (-1,), "since_ns": int(since_ns)},
+        ),
         stacks=_stacks(store, p),
+        ends=_optional(store, crash.ENDS, p),
+        crash_stacks=_optional(store, crash.CRASH_STACKS, p),
         fetch_ops=lambda: (_query(store, OPS_PHASES, p), _query(store, OPS_COLLECTIVES, p)),
     )
+
+
+def _optional(store: Store, sql: str, params: dict) -> pd.DataFrame:
+    """``sql``'s rows, or an empty frame for a store made before the table it reads."""
+    try:
+        return _query(store, sql, params)
+    except StoreError:
+        return pd.DataFrame()
 
 
 def _stacks(store: Store, params: dict) -> pd.DataFrame:

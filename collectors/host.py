@@ -1,5 +1,5 @@
 """Host CPU, load, memory and disk, and each local rank process's CPU, memory, threads,
-context switches and I/O (psutil).
+context switches, I/O (psutil) and CPU run delay (``/proc/<pid>/task/*/schedstat``).
 
 CPU percentages are over the time since the previous sample (psutil's ``cpu_percent(None)``
 semantics), so the first sample after start has none: its ``cpu_pct`` is NaN. A process
@@ -9,6 +9,7 @@ field the agent may not read (``io_counters`` of another user's process) is NaN.
 from __future__ import annotations
 
 import math
+import os
 
 import psutil
 
@@ -112,7 +113,28 @@ class HostCollector(Collector):
             "ctx_involuntary": ctx.involuntary,
             "io_read_bytes": io[0],
             "io_write_bytes": io[1],
+            "run_delay_ns": run_delay_ns(lr.pid),
         }
+
+
+def run_delay_ns(pid: int, proc_root: str = "/proc") -> float:
+    """Time (ns) the threads of ``pid`` have spent runnable but waiting for a CPU, summed
+    over its threads: the second field of ``/proc/<pid>/task/<tid>/schedstat``
+    (Documentation/scheduler/sched-stats.rst). A process that shares its core with busy
+    neighbours accumulates it at up to 1 s per second. NaN where not readable."""
+    total, found = 0, False
+    try:
+        tids = os.listdir(f"{proc_root}/{pid}/task")
+    except OSError:
+        return math.nan
+    for tid in tids:
+        try:
+            with open(f"{proc_root}/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])
+                found = True
+        except (OSError, IndexError, ValueError):
+            continue
+    return float(total) if found else math.nan
 
 
 def _io(proc: psutil.Process) -> tuple[float, float]:

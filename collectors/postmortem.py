@@ -98,6 +98,8 @@ class PostmortemCollector(Collector):
     name = "postmortem"
     tables = ("collectives", "stacks")
     interval_s = 2.0
+    collect_on_stop = True
+    """The agent collects once more when it stops: a job's ranks end just before it."""
 
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ranksight import env, launch
 from ranksight import report as rep
+from ranksight.torchrun_log import record_failures
 from ranksight.trainer_hooks.config import new_run_id
 
 
@@ -144,6 +145,7 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
         )
         _mark_failed(store, run_id, "hung")
     elif rc != 0:
+        record_failures(store, run_id, log_path)
         err.print(
             f"[red]error:[/] the training job exited with code {rc}{launch.first_failure(log_path)}; "
             f"its log: {log_path}"
@@ -217,7 +219,8 @@ def _hung(store, run_id: str) -> bool:
     from ranksight.analyzer import analyze
 
     try:
-        return any(f.kind == "hang" for f in analyze(store, run_id, save=False).findings)
+        found = analyze(store, run_id, save=False).findings
+        return any(f.kind in ("hang", "crash") for f in found)
     except Exception:  # the run may not be readable yet
         return False
 

@@ -28,6 +28,7 @@ from typing import Any
 from ranksight import launch
 from ranksight.faultmatrix import SHAPE, Expectation, Scenario, expectation, matches, score
 from ranksight.reference_trainer.faults import faults_ground_truth, parse_faults
+from ranksight.torchrun_log import record_failures
 
 _FAULT_LINE = re.compile(r"^ranksight-fault: \S+ step=(\d+) time_ns=(\d+)", re.M)
 
@@ -200,6 +201,8 @@ def run_scenario(cfg: MatrixConfig, store, store_url: str, sc: Scenario) -> Row:
             job = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
             w = _watch(cfg, job, store, run_id, e0, sc.steps)
         row.job_rc = job.returncode
+        if job.returncode not in (0, None):
+            record_failures(store, run_id, log_path)
     finally:
         launch.stop(agent)
     e = expectation(_ground_truth(store, run_id, sc), SHAPE)

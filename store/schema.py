@@ -17,7 +17,7 @@ SCHEMA_VERSION = 3
 """Version of the table layout below; stored in the ``schema_version`` table.
 1: the first tables. 2: ``batch_id`` on the agent-shipped tables; the ``progress``,
 ``agent_stats``, ``clock_offsets`` and collector tables (added by ``store/migrate.py``).
-3: ``rank_ends``."""
+3: ``rank_ends``; ``proc_samples.run_delay_ns``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,6 +426,7 @@ PROC_SAMPLES = Table(
         ("ctx_involuntary", "UInt64"),
         ("io_read_bytes", "Float64"),  # cumulative; NaN where not readable
         ("io_write_bytes", "Float64"),
+        ("run_delay_ns", "Float64"),  # cumulative, all threads; NaN where not readable
     ),
     order_by=("run_id", "attempt", "rank", "ts_ns"),
     time_column="ts_ns",

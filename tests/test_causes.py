@@ -44,3 +44,25 @@ def test_preempted_rank_is_cpu_contention():
 def test_otherwise_compute():
     assert refine_cause(0, [1, 2, 3], 60.0, phases(1.0), procs(110), 2)[0] == "compute"
     assert refine_cause(0, [1, 2, 3], 60.0, phases(1.0), pd.DataFrame(), 2)[0] == "compute"
+
+
+def delays(share_rank0: float, share_peers: float = 0.1) -> pd.DataFrame:
+    """PROCS rows with run delay: the share of wall time each rank waited for a CPU."""
+    span = 10_000 * MS
+    return procs(110).assign(
+        delay_ns=[share_rank0 * span] + [share_peers * span] * 3, delay_samples=[10] * 4
+    )
+
+
+def test_run_delay_that_explains_the_excess_is_cpu_contention():
+    # 200 ms steps: waiting 45% of the time for a CPU is 90 ms a step, peers 20 ms
+    cause, ev = refine_cause(0, [1, 2, 3], 100.0, phases(1.0), delays(0.45), 2, step_ms=200.0)
+    assert cause == "cpu_contention"
+    assert ev["run_delay_ms_per_step"] == 90.0 and ev["peers_run_delay_ms_per_step"] == 20.0
+
+
+def test_run_delay_like_the_peers_stays_compute_even_with_many_preemptions():
+    # everyone waits the same (a shared, busy host): the excess is the rank's own compute
+    many = delays(0.12).assign(invol=[5000, 100, 120, 90])
+    cause, ev = refine_cause(0, [1, 2, 3], 100.0, phases(1.0), many, 2, step_ms=200.0)
+    assert cause == "compute" and ev["run_delay_ms_per_step"] == 24.0

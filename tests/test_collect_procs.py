@@ -78,6 +78,9 @@ def test_host_and_rank_process_samples(ranks, tmp_path) -> None:
         assert r["rss_bytes"] > 1 << 20 and r["threads"] >= 1 and r["ctx_voluntary"] > 0
         assert 0 <= r["cpu_pct"] < 100 * psutil.cpu_count()
         assert r["io_write_bytes"] >= 0, "own user's processes: I/O is readable"
+        assert r["run_delay_ns"] >= 0  # schedstat of every thread, summed
+    firsts = {r["rank"]: r for r in first["proc_samples"]}
+    assert all(rows[k]["run_delay_ns"] >= firsts[k]["run_delay_ns"] for k in rows)  # cumulative
 
 
 def test_pyspy_dumps_registered_ranks_in_parallel(ranks, tmp_path) -> None:

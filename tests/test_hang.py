@@ -71,7 +71,7 @@ def test_dead_rank_is_a_crash():
         ]
     )
     f = hang_finding(find_hang(latest, last_step_end_ns=70 * S), coords())
-    assert (f.culprit_rank, f.cause) == (1, "crash")
+    assert (f.kind, f.culprit_rank, f.cause) == ("crash", 1, "crash")
 
 
 def test_progressing_run_is_not_hung():

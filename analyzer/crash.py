@@ -1,0 +1,216 @@
+"""Crashes: the rank whose process ended first, abnormally, and why.
+
+When one rank dies, the job dies with it: its peers fail in the next collective
+(``Connection closed by peer``) or block until the launcher stops them (torchrun sends
+SIGTERM, then SIGKILL). Every rank's end is therefore abnormal, and naming the right one
+means ordering them. The evidence, per rank (``rank_ends`` rows and its last records):
+
+- what the rank recorded itself (``trainer_hooks/exits.py``): ``finished``, an uncaught
+  ``exception``, a ``signal`` (SIGTERM from the launcher), interpreter ``exit``; a rank
+  killed outright (SIGKILL, OOM killer, segfault, ``os._exit``) recorded nothing: its
+  records simply stop (``gone``);
+- what the launcher saw (``ranksight/torchrun_log.py``): exit codes, and its root cause
+  (the first failure it observed);
+- when its records stopped (progress snapshots every 2 s from the writer thread, steps).
+
+The culprit is the launcher's root cause when one is known, else the earliest abnormal
+end that is not a teardown signal: a ``gone`` rank ends at its last record, an
+``exception`` at the time it was recorded. Ranks that ended later are victims.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .findings import Finding
+
+ENDS = """
+SELECT rank, source, reason, code, detail, last_step, ts_ns
+FROM rank_ends WHERE run_id = %(run_id)s AND attempt = %(attempt)s
+ORDER BY ts_ns
+"""
+
+CRASH_STACKS = """
+SELECT rank, argMax(summary, ts_ns) AS crash_stack
+FROM stacks WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND trigger = 'crash'
+GROUP BY rank
+"""
+
+TEARDOWN_SIGNALS = (15, 2)
+"""SIGTERM, SIGINT: how launchers stop the surviving ranks (not a cause)."""
+
+
+@dataclass(frozen=True)
+class RankEnd:
+    """How one rank ended, merged from every source."""
+
+    rank: int
+    how: str
+    """finished | exception | signal | exit | gone | exit_code"""
+    at_ns: int
+    """When it ended (ns): its own record's time, else its last record's."""
+    code: int = -1
+    """Exit code (launcher) or signal number, -1 unknown."""
+    detail: str = ""
+    last_step: int = -1
+    root_cause: bool = False
+    """The launcher observed this rank's failure first."""
+
+    @property
+    def abnormal(self) -> bool:
+        """Ended by itself in a way that is not a clean end or a teardown signal."""
+        if self.root_cause:
+            return True
+        if self.how in ("finished", "exit"):
+            return False
+        if self.how == "signal":
+            return self.code not in TEARDOWN_SIGNALS
+        if self.how == "exit_code":
+            return self.code != 0 and -self.code not in TEARDOWN_SIGNALS
+        return True  # exception, gone
+
+
+@dataclass(frozen=True)
+class CrashReport:
+    """The rank that failed first, how, and how the others ended."""
+
+    culprit: RankEnd
+    ends: dict[int, RankEnd] = field(default_factory=dict)
+    victims: list[int] = field(default_factory=list)
+
+
+def rank_ends(ends: pd.DataFrame, last_seen: pd.Series, last_step: pd.Series) -> dict[int, RankEnd]:
+    """How every rank ended. ``ends``: the ENDS query's rows; ``last_seen``: rank -> its
+    newest record (ns); ``last_step``: rank -> the last step it began."""
+    out: dict[int, RankEnd] = {}
+    hooks = ends[ends["source"] == "hooks"] if not ends.empty else ends
+    launcher = ends[ends["source"] == "launcher"] if not ends.empty else ends
+    by_launcher = {int(r.rank): r for r in launcher.itertuples()} if not ends.empty else {}
+    for r in hooks.itertuples() if not ends.empty else ():
+        out[int(r.rank)] = RankEnd(
+            int(r.rank), str(r.reason), int(r.ts_ns), int(r.code), str(r.detail), int(r.last_step)
+        )
+    for rank, seen in last_seen.items():
+        rank = int(rank)
+        lr = by_launcher.get(rank)
+        root = lr is not None and "root cause" in str(lr.detail)
+        step = int(last_step.get(rank, -1))
+        if rank in out:
+            e = out[rank]
+            out[rank] = RankEnd(
+                rank, e.how, e.at_ns, e.code, e.detail, max(e.last_step, step), root
+            )
+        elif lr is not None and int(lr.code) >= 0:  # exited with a code, said nothing
+            detail = f"exit code {int(lr.code)}"
+            out[rank] = RankEnd(rank, "exit_code", int(seen), int(lr.code), detail, step, root)
+        else:  # no record of its own: killed outright, or by the launcher's SIGKILL
+            code = int(lr.code) if lr is not None else -1
+            detail = str(lr.detail) if lr is not None else "no end recorded; its records stopped"
+            out[rank] = RankEnd(rank, "gone", int(seen), code, detail, step, root)
+    return out
+
+
+def find_crash(
+    ends: pd.DataFrame, last_seen: pd.Series, last_step: pd.Series, run_status: str
+) -> CrashReport | None:
+    """The crash in a run that is over, or None (a finished run, no abnormal end, or no
+    end known for any rank while the run still runs)."""
+    if run_status == "finished" or last_seen.empty:
+        return None
+    merged = rank_ends(ends, last_seen, last_step)
+    if ends.empty and run_status == "running":
+        return None  # a live run without ends: the hang analysis judges it
+    abnormal = [e for e in merged.values() if e.abnormal]
+    if not abnormal:
+        return None
+    roots = [e for e in abnormal if e.root_cause]
+    culprit = roots[0] if roots else min(abnormal, key=lambda e: (e.at_ns, e.rank))
+    victims = sorted(r for r in merged if r != culprit.rank and merged[r].how != "finished")
+    return CrashReport(culprit=culprit, ends=merged, victims=victims)
+
+
+def _how(e: RankEnd) -> tuple[str, str]:
+    """(cause, words) for the culprit's end."""
+    if e.how == "exception":
+        return "exception", f"raised {e.detail}"
+    if e.how == "signal":
+        return "signal", f"was killed by {e.detail or f'signal {e.code}'}"
+    if e.code > 0:
+        return "exit_code", f"exited with code {e.code} without an exception"
+    if e.code < -1 and e.how in ("gone", "exit_code"):  # -1: no code known
+        return "signal", f"was killed by signal {-e.code} ({e.detail})"
+    return "gone", "stopped without a trace (killed outright: SIGKILL, the OOM killer, a segfault)"
+
+
+def crash_finding(
+    report: CrashReport,
+    coords: pd.DataFrame,
+    progress: pd.DataFrame,
+    stacks: pd.DataFrame,
+) -> Finding:
+    """The Finding for ``report``: the culprit's end, its last step and last collectives
+    (entered, completed), how the others ended, its crash stack if one was written.
+    Impact 100%: the job stopped."""
+    e = report.culprit
+    c = coords.loc[e.rank] if e.rank in coords.index else {"dp": -1, "tp": -1, "pp": -1, "host": ""}
+    cause, words = _how(e)
+    inflight = []
+    if not progress.empty:
+        mine = progress[(progress["rank"] == e.rank) & (progress["issued"] > progress["completed"])]
+        inflight = [
+            {"group_id": r.group_id, "op": r.op, "seq": int(r.issued), "members": r.members}
+            for r in mine.itertuples()
+        ]
+    others: dict[str, list[int]] = {}
+    for r in report.victims:
+        how = report.ends[r].how
+        key = (
+            "stopped by the launcher"
+            if how in ("signal", "exit_code") or report.ends[r].code in (-15, -9)
+            else "failed after it"
+            if how == "exception"
+            else how
+        )
+        others.setdefault(key, []).append(r)
+    stack = ""
+    if not stacks.empty and "crash_stack" in stacks.columns:
+        s = stacks[stacks["rank"] == e.rank]
+        stack = str(s["crash_stack"].iloc[0]) if not s.empty else ""
+    where = f" inside {inflight[0]['op']} #{inflight[0]['seq']}" if inflight else ""
+    step = f" in step {e.last_step}" if e.last_step >= 0 else ""
+    summary = (
+        f"rank {e.rank} (dp={c['dp']}, tp={c['tp']}, pp={c['pp']}, host {c['host']}) "
+        f"failed first: its process {words}{step}{where}; "
+        + "; ".join(f"{len(v)} rank(s) {k}" for k, v in others.items())
+    )
+    evidence = {
+        "how": e.how,
+        "code": e.code,
+        "detail": e.detail,
+        "last_step": e.last_step,
+        "ended_ns": e.at_ns,
+        "root_cause_by_launcher": e.root_cause,
+        "inflight": inflight,
+        "others": others,
+        "ends": {
+            str(r): {"how": x.how, "code": x.code, "detail": x.detail[:300]}
+            for r, x in sorted(report.ends.items())
+        },
+    }
+    if stack:
+        evidence["crash_stack"] = stack[:20_000]
+    return Finding(
+        kind="crash",
+        cause=cause,
+        culprit_rank=int(e.rank),
+        host=str(c["host"]),
+        dp=int(c["dp"]),
+        tp=int(c["tp"]),
+        pp=int(c["pp"]),
+        confidence=0.95 if e.root_cause or e.how == "exception" else 0.8,
+        impact_pct=100.0,
+        summary=summary,
+        evidence=evidence,
+    )
