@@ -31,14 +31,33 @@ LIMIT 1000
 """
 
 
-def odd_ranks(row: dict) -> tuple[list[int], dict]:
+USUAL = """
+SELECT group_id, op, size, dtype, count() AS n
+FROM
+(
+    SELECT group_id, op, dtype,
+           multiIf(op = 'scatter', numel_out, op = 'all_to_all', toUInt64(0), numel_in) AS size
+    FROM collectives
+    WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND peer = -1 AND group_id IN %(groups)s
+)
+GROUP BY group_id, op, size, dtype
+"""
+"""How often each (op, size, dtype) occurs in the given groups over the run: where the
+members at a mismatched sequence split evenly (a group of two), the signature the group
+usually issues is the normal one."""
+
+
+def odd_ranks(row: dict, usual: dict[tuple, int] | None = None) -> tuple[list[int], dict]:
     """The members whose (op, size, dtype) differs from the majority at this sequence,
-    and what each signature was."""
+    and what each signature was. Ties (one rank against one) are broken by ``usual``:
+    signature -> how often the group issued it (:data:`USUAL`)."""
     sigs = [
         (o, int(n), d)
         for o, n, d in zip(row["ops_list"], row["sizes_list"], row["dtypes_list"], strict=True)
     ]
-    majority, _ = Counter(sigs).most_common(1)[0]
+    counts = Counter(sigs)
+    usual = usual or {}
+    majority = max(counts, key=lambda sig: (counts[sig], usual.get(sig, 0)))
     ranks = [int(r) for r in row["ranks_list"]]
     odd = sorted(r for r, s in zip(ranks, sigs, strict=True) if s != majority)
     seen = {
@@ -47,12 +66,22 @@ def odd_ranks(row: dict) -> tuple[list[int], dict]:
     return odd, seen
 
 
-def first_desyncs(mismatches: pd.DataFrame) -> list[dict]:
-    """Per group, the first mismatched sequence: group, seq, odd ranks, signatures."""
+def first_desyncs(mismatches: pd.DataFrame, usual: pd.DataFrame | None = None) -> list[dict]:
+    """Per group, the first mismatched sequence: group, seq, odd ranks, signatures.
+    ``usual``: the USUAL query's rows, to break ties."""
     out = []
     for gid, rows in mismatches.groupby("group_id"):
         row = rows.sort_values("group_seq").iloc[0].to_dict()
-        odd, seen = odd_ranks(row)
+        seen_sigs = {}
+        if usual is not None and not usual.empty:
+            mine = usual[usual["group_id"] == gid]
+            seen_sigs = {
+                (o, int(n), d): int(c)
+                for o, n, d, c in zip(
+                    mine["op"], mine["size"], mine["dtype"], mine["n"], strict=True
+                )
+            }
+        odd, seen = odd_ranks(row, seen_sigs)
         out.append(
             {
                 "group_id": gid,

@@ -104,7 +104,7 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
     if imported and not data.ranks.empty and data.steps.empty:
         coords = _coords(data.ranks)
         findings, notes = postmortem(data, coords)
-        findings = desync_findings(data.mismatches, coords) + findings
+        findings = desync_findings(data.mismatches, coords, data.usual) + findings
         return Analysis(data.run_id, data.attempt, findings, 0, 0.0, notes)
     if data.ranks.empty or data.steps.empty:
         notes.append("no step records: nothing to analyze yet")
@@ -125,7 +125,7 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
         notes += more
     med_ms = float(analyzed.median()) / _MS if not analyzed.empty else 0.0
     findings += slow_comm_findings(data.transfer, data.groups, axes, coords, med_ms, cfg.skip_steps)
-    findings += desync_findings(data.mismatches, coords)
+    findings += desync_findings(data.mismatches, coords, data.usual)
     findings += nan_findings(data.steps, coords)
     findings.sort(key=lambda f: -f.impact_pct)
     crashed = None if imported else _crash(data)

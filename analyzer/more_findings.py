@@ -114,10 +114,13 @@ def _excess_per_step_ms(transfer: pd.DataFrame, slow: list[SlowGroup]) -> float:
     )
 
 
-def desync_findings(mismatches: pd.DataFrame, coords: pd.DataFrame) -> list[Finding]:
-    """One finding per odd rank at the first mismatched sequence of its group."""
+def desync_findings(
+    mismatches: pd.DataFrame, coords: pd.DataFrame, usual: pd.DataFrame | None = None
+) -> list[Finding]:
+    """One finding per odd rank at the first mismatched sequence of its group (``usual``:
+    the groups' usual signatures, to break one-against-one ties)."""
     out = []
-    for d in first_desyncs(mismatches) if not mismatches.empty else []:
+    for d in first_desyncs(mismatches, usual) if not mismatches.empty else []:
         for rank in d["odd_ranks"][:1]:
             mine = d["signatures"][str(rank)]
             summary = (

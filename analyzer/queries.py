@@ -187,6 +187,8 @@ class RunData:
     """Loads ``causes.PROCS`` for the given ranks since a time (ns); None: use ``procs``."""
     stacks: pd.DataFrame = field(default_factory=pd.DataFrame)
     """Each rank's latest good stack dump: rank, stack_summary (``STACKS``)."""
+    usual: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """How often each signature occurs in the mismatched groups (``desync.USUAL``)."""
     ends: pd.DataFrame = field(default_factory=pd.DataFrame)
     """How ranks ended (``crash.ENDS``: rank_ends rows from the hooks and the launcher)."""
     crash_stacks: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -243,6 +245,12 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
     """Run the pushdown queries for one run attempt. Raises UnknownRun or StoreError."""
     run, attempt = resolve_attempt(store, run_id, attempt)
     p = {"run_id": run_id, "attempt": attempt}
+    mismatches = _query(store, desync.MISMATCHES, p)
+    usual = (
+        _query(store, desync.USUAL, {**p, "groups": tuple(mismatches["group_id"].unique())})
+        if not mismatches.empty
+        else pd.DataFrame()
+    )
     return RunData(
         run_id=run_id,
         attempt=attempt,
@@ -256,7 +264,8 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
         progress=_query(store, hang.LATEST, p),
         transfer=_query(store, slow_comm.TRANSFER, p),
         fetch_waits=lambda holders: fetch_waits(store, p, holders),
-        mismatches=_query(store, desync.MISMATCHES, p),
+        mismatches=mismatches,
+        usual=usual,
         fetch_procs=lambda ranks, since_ns: _optional(
             store,
             causes.PROCS,

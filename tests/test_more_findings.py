@@ -83,3 +83,22 @@ def test_nan_onset_ignores_ranks_without_loss():
         rows.append({"rank": 0, "step": step, "loss": np.nan})  # first stage: no loss
     found = nan_findings(pd.DataFrame(rows), coords())
     assert [(f.culprit_rank, f.evidence["first_bad_step"]) for f in found] == [(6, 5)]
+
+
+def test_desync_in_a_group_of_two_names_the_rank_off_the_usual_signature():
+    # rank 4 resized: one against one at seq 9; the group issued 65536 elements all run
+    mism = pd.DataFrame(
+        [
+            {"group_id": "tp2", "group_seq": 9, "members": "4,5", "ranks_list": [4, 5],
+             "ops_list": ["all_reduce"] * 2, "sizes_list": [65537, 65536],
+             "dtypes_list": ["float32"] * 2, "n_ops": 1, "n_sizes": 2, "n_dtypes": 1}
+        ]
+    )  # fmt: skip
+    usual = pd.DataFrame(
+        {"group_id": ["tp2", "tp2"], "op": ["all_reduce"] * 2, "size": [65536, 65537],
+         "dtype": ["float32"] * 2, "n": [40, 1]}
+    )  # fmt: skip
+    assert [f.culprit_rank for f in desync_findings(mism, coords(8))] == [5]  # a coin toss
+    found = desync_findings(mism, coords(8), usual)
+    assert [f.culprit_rank for f in found] == [4]
+    assert found[0].evidence["signatures"]["4"]["numel"] == 65537
