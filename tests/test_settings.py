@@ -1,0 +1,86 @@
+"""Configuration precedence: built-in defaults < environment variables < the TOML file <
+flags; ``ranksight config show`` prints what is in force and where it came from."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ranksight import env
+from ranksight.settings import ConfigError, load_settings, resolve
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    for name in (
+        env.STORE,
+        env.SPOOL_DIR,
+        env.LEVEL,
+        env.MESH,
+        env.AUTO_ATTACH,
+        env.OTLP_ENDPOINT,
+        env.CONFIG,
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./ranksight.toml
+    return monkeypatch
+
+
+def test_env_over_defaults_file_over_env_flags_over_all(clean_env, tmp_path):
+    assert load_settings()["launch.level"] == "default"
+    clean_env.setenv(env.LEVEL, "detailed")
+    clean_env.setenv(env.STORE, "/env/store")
+    clean_env.setenv(env.AUTO_ATTACH, "0")
+    got = resolve()
+    assert got["launch.level"] == ("detailed", "$RANKSIGHT_LEVEL")
+    assert got["launch.auto_attach"] == (False, "$RANKSIGHT_AUTO_ATTACH")
+    path = tmp_path / "r.toml"
+    path.write_text('[store]\nurl = "clickhouse://h:9000/db"\n[agent]\ninterval_s = 2\n')
+    got = resolve(str(path))
+    assert got["store.url"] == ("clickhouse://h:9000/db", str(path))
+    assert got["agent.interval_s"] == (2.0, str(path))
+    assert got["launch.level"] == ("detailed", "$RANKSIGHT_LEVEL")  # the file does not set it
+    got = resolve(str(path), {"store.url": "/flag/store", "agent.interval_s": None})
+    assert got["store.url"] == ("/flag/store", "flag")
+    assert got["agent.interval_s"] == (2.0, str(path))  # None: flag not given
+    clean_env.setenv(env.CONFIG, str(path))
+    assert load_settings()["store.url"] == "clickhouse://h:9000/db"
+    (tmp_path / "ranksight.toml").write_text('[launch]\nmesh = "dp=2"\n')
+    clean_env.delenv(env.CONFIG)
+    assert resolve()["launch.mesh"] == ("dp=2", "ranksight.toml")
+
+
+def test_bad_configuration_is_named(clean_env, tmp_path):
+    with pytest.raises(ConfigError, match="--config /nope.toml: no such file"):
+        load_settings("/nope.toml")
+    path = tmp_path / "r.toml"
+    path.write_text("[agent]\nintervall = 1\n")
+    with pytest.raises(ConfigError, match="unknown setting 'agent.intervall' .*agent.interval_s"):
+        load_settings(str(path))
+    path.write_text("[agent\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(str(path))
+    path.write_text("level = 'x'\n")
+    with pytest.raises(ConfigError, match="settings go in \\[sections\\]"):
+        load_settings(str(path))
+    clean_env.setenv(env.AUTO_ATTACH, "maybe")
+    with pytest.raises(ConfigError, match=r"\$RANKSIGHT_AUTO_ATTACH: want bool, got 'maybe'"):
+        load_settings()
+
+
+def test_config_show_prints_values_and_sources(clean_env, tmp_path):
+    path = tmp_path / "r.toml"
+    path.write_text("[agent]\nbuffer_mb = 64\n")
+    run_env = {**os.environ, env.LEVEL: "off"}
+    out = subprocess.run([sys.executable, "-m", "ranksight.cli", "config", "show", "--config", str(path)],
+                         capture_output=True, text=True, env=run_env, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert f"buffer_mb = 64  # {path}" in out.stdout
+    assert 'level = "off"  # $RANKSIGHT_LEVEL' in out.stdout
+    assert "interval_s = 1.0  # default" in out.stdout and "[store]" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "ranksight.cli", "config", "show", "--config", "/nope"],
+                         capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert bad.returncode == 2 and "no such file" in bad.stderr
