@@ -139,6 +139,7 @@ def runs(store: str = StoreOpt) -> None:
 
 @app.command()
 def agent(
+    ctx: typer.Context,
     spool: str = typer.Option(
         None, help="spool folder the ranks write to (default $RANKSIGHT_SPOOL_DIR)"
     ),
@@ -148,7 +149,9 @@ def agent(
     batch_rows: int = typer.Option(200_000, min=1, help="most records in one batch"),
     buffer_dir: str = typer.Option(None, help="disk buffer folder (default: under the spool)"),
     buffer_mb: int = typer.Option(1024, min=1, help="disk buffer bound, MiB"),
-    drop: str = typer.Option("drop_oldest", help="when the buffer is full: drop_oldest or drop_newest"),
+    drop: str = typer.Option(
+        "drop_oldest", help="when the buffer is full: drop_oldest or drop_newest"
+    ),
     stats_interval: float = typer.Option(10.0, min=0, help="seconds between agent_stats rows"),
     keep_spool: bool = typer.Option(
         False, "--keep-spool", help="keep spool segments once stored (default: delete them)"
@@ -158,16 +161,31 @@ def agent(
         help="node collectors: default, none, or some of nvml,xid,topology,rdma,netdev,host,fr,stacks",
     ),
     stall_s: float = typer.Option(
-        60.0, "--stall-s", min=1.0, help="py-spy a run's ranks when one made no progress this long (s)"
+        60.0,
+        "--stall-s",
+        min=1.0,
+        help="py-spy a run's ranks when one made no progress this long (s)",
     ),
+    otlp_endpoint: str = typer.Option(
+        None, "--otlp-endpoint", help="OTLP/HTTP endpoint for spans and metrics (http://host:4318)"
+    ),
+    config: str = typer.Option(None, "--config", help="TOML configuration file"),
 ) -> None:
-    """Run the node agent: ship the local ranks' records to the store until SIGTERM/SIGINT."""
+    """Run the node agent: ship the local ranks' records to the store until SIGTERM/SIGINT.
+    Unset flags come from the configuration file, then the environment (ranksight config show)."""
     from ranksight.agent import AgentConfig
     from ranksight.agent.command import open_agent, serve
     from ranksight.agent.commands import parse_collectors, start_collection
     from ranksight.store import StoreError
     from ranksight.trainer_hooks.config import default_spool_dir
 
+    try:
+        v = _agent_settings(ctx, config)
+    except ValueError as e:
+        _fail(str(e), 2)
+    spool, store, interval, batch_rows = v["spool"], v["store"], v["interval"], v["batch_rows"]
+    buffer_dir, buffer_mb, drop = v["buffer_dir"], v["buffer_mb"], v["drop"]
+    stats_interval, collectors, stall_s = v["stats_interval"], v["collectors"], v["stall_s"]
     try:
         parse_collectors(collectors)  # a usage error before anything is opened
     except ValueError as e:
@@ -192,9 +210,52 @@ def agent(
         collection = start_collection(a.store, spool or default_spool_dir(), collectors, stall_s)
     except ValueError as e:
         _fail(f"--collectors/--stall-s: {e}", 2)
+    otel = _otel_export(a, v["otlp_endpoint"])
     serve(a)
     if collection is not None:
         collection.stop()
+    if otel is not None:
+        otel.shutdown()
+
+
+_AGENT_SETTINGS = {
+    "spool": "agent.spool", "store": "store.url", "interval": "agent.interval_s",
+    "batch_rows": "agent.batch_rows", "buffer_dir": "agent.buffer_dir", "buffer_mb": "agent.buffer_mb",
+    "drop": "agent.drop", "stats_interval": "agent.stats_interval_s", "collectors": "agent.collectors",
+    "stall_s": "agent.stall_s", "otlp_endpoint": "agent.otlp_endpoint",
+}  # fmt: skip
+
+
+def _agent_settings(ctx: typer.Context, config: str | None) -> dict:
+    """The agent's options: flags given, else the configuration in force. A store URL
+    from ``$RANKSIGHT_STORE`` stays in the environment (it may hold a password, which is
+    refused on command lines only). Raises ConfigError (a ValueError)."""
+    import os
+
+    from ranksight import env
+    from ranksight.settings import from_context
+
+    v = from_context(ctx, config, _AGENT_SETTINGS)
+    if v["store"] is not None and v["store"] == os.environ.get(env.STORE):
+        v["store"] = None
+    return v
+
+
+def _otel_export(agent, endpoint: str | None):
+    """An OtelExport watching ``agent`` for ``endpoint`` (else
+    ``$OTEL_EXPORTER_OTLP_ENDPOINT``), or None when neither is set."""
+    import os
+
+    endpoint = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if not endpoint:
+        return None
+    from ranksight.agent.otel import OtelExport
+
+    export = OtelExport(endpoint)
+    export.watch(agent)
+    agent.taps.append(export.tap)
+    logging.getLogger("ranksight.agent").info("OpenTelemetry export to %s", endpoint)
+    return export
 
 
 def _register_extra_commands() -> None:

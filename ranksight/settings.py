@@ -195,12 +195,10 @@ def show(path: str | None = None, flags: dict[str, Any] | None = None) -> str:
 def from_context(ctx: Any, path: str | None, params: dict[str, str]) -> dict[str, Any]:
     """For a click/typer command: ``param -> value``, the flag's value where it was given
     on the command line, else the setting ``params[param]`` in force. Raises ConfigError."""
-    from click.core import ParameterSource
-
-    given = {
+    given = {  # compared by name: typer may carry its own copy of click's enum
         key: ctx.params[param]
         for param, key in params.items()
-        if ctx.get_parameter_source(param) == ParameterSource.COMMANDLINE
+        if getattr(ctx.get_parameter_source(param), "name", "") == "COMMANDLINE"
     }
     values = load_settings(path, given)
     return {param: values[key] for param, key in params.items()}

@@ -84,3 +84,26 @@ def test_config_show_prints_values_and_sources(clean_env, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "ranksight.cli", "config", "show", "--config", "/nope"],
                          capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
     assert bad.returncode == 2 and "no such file" in bad.stderr
+
+
+def test_agent_takes_unset_flags_from_the_file_and_flags_win(clean_env, tmp_path):
+    path = tmp_path / "r.toml"
+    (tmp_path / "spool").mkdir()
+    path.write_text(
+        f'[store]\nurl = "{tmp_path / "file-store"}"\n[agent]\nspool = "{tmp_path / "spool"}"\n'
+    )
+    cmd = [sys.executable, "-m", "ranksight.cli", "agent", "--once", "--config", str(path)]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "file-store").is_dir() and list((tmp_path / "spool").glob(".agent-*"))
+    out = subprocess.run(
+        [*cmd, "--store", str(tmp_path / "flag-store")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "flag-store").is_dir()
+    path.write_text('[agent]\ndrop = "drop_everything"\n')
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 2 and "drop_everything" in out.stderr
