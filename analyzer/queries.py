@@ -16,6 +16,7 @@ import pandas as pd
 from ranksight.store import Store, StoreError
 
 from . import causes, crash, desync, hang, slow_comm
+from .straggler import COMPUTE_PHASES, DATA_PHASES
 
 _RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
 
@@ -86,6 +87,25 @@ SELECT rank, step, phase, count() AS n, sum(end_ns - start_ns) AS dur_sum,
 FROM phases WHERE {_RUN}
 GROUP BY rank, step, phase ORDER BY step, rank, phase
 """
+
+PHASE_TOTALS = f"""
+SELECT rank, step,
+       sumIf(end_ns - start_ns - wait_ns, phase IN %(compute)s) AS compute_self,
+       sumIf(end_ns - start_ns - wait_ns, phase IN %(data)s) AS data_self
+FROM phases WHERE {_RUN}
+GROUP BY rank, step
+"""
+"""One row per (rank, step): the straggler test's inputs, pivoted in the store (a quarter
+of the rows of PHASES at 16k ranks)."""
+
+PHASES_OF = f"""
+SELECT rank, step, phase, count() AS n, sum(end_ns - start_ns) AS dur_sum,
+       sum(wait_ns) AS wait_sum, sum(end_ns - start_ns - wait_ns) AS self_sum,
+       max(stage) AS stage_index
+FROM phases WHERE {_RUN} AND rank IN %(ranks)s
+GROUP BY rank, step, phase ORDER BY step, rank, phase
+"""
+"""PHASES for a few ranks (a suspect and its peers): the evidence of a finding."""
 
 # Per collective instance (group_id, group_seq) the last arriver and each member's wait
 # for it (max enqueue - own enqueue), summed per (rank, last_rank, group, step). Only
@@ -181,6 +201,11 @@ class RunData:
     progress: pd.DataFrame = field(default_factory=pd.DataFrame)
     transfer: pd.DataFrame = field(default_factory=pd.DataFrame)
     mismatches: pd.DataFrame = field(default_factory=pd.DataFrame)
+    phase_totals: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """rank, step, compute_self, data_self (ns; ``PHASE_TOTALS``). Empty: derive them from
+    ``phases``."""
+    fetch_phases: Callable[[list[int]], pd.DataFrame] | None = None
+    """Loads ``PHASES`` rows for the given ranks; None: ``phases`` holds every rank's."""
     procs: pd.DataFrame = field(default_factory=pd.DataFrame)
     """Per-rank process samples (``causes.PROCS`` columns) where given up front."""
     fetch_procs: Callable[[list[int], int], pd.DataFrame] | None = None
@@ -199,6 +224,14 @@ class RunData:
     fetch_waits: Callable[[list[int]], tuple[pd.DataFrame, pd.DataFrame]] | None = None
     """Loads ``(arrivals, p2p)`` for the given holder ranks from the store; None: the
     frames above already hold every rank's."""
+
+    def phases_of(self, ranks: list[int]) -> pd.DataFrame:
+        """PHASES rows (rank, step, phase, n, dur_ns, wait_ns, self_ns, stage) of ``ranks``."""
+        if self.fetch_phases is not None:
+            return self.fetch_phases(ranks)
+        return (
+            self.phases[self.phases["rank"].isin(ranks)] if not self.phases.empty else self.phases
+        )
 
     def waits_for(self, holders: list[int]) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Arrival rows of the groups the ``holders`` belong to, and P2P waits on them."""
@@ -257,7 +290,13 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
         run=run,
         ranks=_query(store, RANKS, p),
         steps=_query(store, STEPS, p),
-        phases=_query(store, PHASES, p),
+        phases=pd.DataFrame(),
+        phase_totals=_query(
+            store, PHASE_TOTALS, {**p, "compute": COMPUTE_PHASES, "data": DATA_PHASES}
+        ),
+        fetch_phases=lambda ranks: _query(
+            store, PHASES_OF, {**p, "ranks": tuple(int(r) for r in ranks) or (-1,)}
+        ),
         arrivals=pd.DataFrame(),
         p2p=pd.DataFrame(),
         groups=_query(store, GROUPS, p),

@@ -123,11 +123,16 @@ def find_slow_ranks(
     median by ``ratio_threshold``) or in data loading (data_wait above peers by
     ``data_wait_fraction`` of the step time), ordered by total excess time.
 
-    ``phases``: rows (rank, step, phase, self_ns); ``role``: rank -> pipeline stage;
+    ``phases``: rows (rank, step, phase, self_ns), or one row per (rank, step) with
+    ``compute_self`` and ``data_self`` (``queries.PHASE_TOTALS``); ``role``: rank -> pipeline stage;
     ``step_time_ns``: step -> median step duration (ns)."""
     cfg = cfg or StragglerConfig()
-    compute = self_time(phases, COMPUTE_PHASES)
-    data = self_time(phases, DATA_PHASES)
+    if "compute_self" in phases.columns:  # PHASE_TOTALS: pivoted in the store
+        compute = phases.pivot(index="rank", columns="step", values="compute_self").astype(float)
+        data = phases.pivot(index="rank", columns="step", values="data_self").astype(float)
+    else:
+        compute = self_time(phases, COMPUTE_PHASES)
+        data = self_time(phases, DATA_PHASES)
     thr = cfg.ratio_threshold
 
     def compute_slow(own: pd.DataFrame, med: pd.DataFrame) -> pd.DataFrame:

@@ -62,7 +62,9 @@ class FaultRuntime:
             if self.rank in members:
                 mode = SlowLink(spec=spec, clock=self.clock, members=members)
                 mode.patch_waits()
-                mode.__enter__()
+                if spec.link_group != "pp":  # pp: the patched waits and posts suffice
+                    mode.__enter__()
+                    mode.entered = True
                 self._below.append(mode)
                 self.injectors.append(mode)
 
@@ -117,7 +119,8 @@ class FaultRuntime:
         """Leave the modes under the hooks (after ``hooks.close()``), stop busy processes."""
         while self._below:
             mode = self._below.pop()
-            mode.__exit__(None, None, None)
+            if mode.entered:
+                mode.__exit__(None, None, None)
             mode.unpatch()
         for inj in self.injectors:
             if isinstance(inj, CpuContention):

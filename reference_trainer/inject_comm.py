@@ -25,10 +25,12 @@ first and its ``func(*args)`` passes the op down to the modes entered before it.
     outside every phase): the issue is held ``delay_ms``; the hooks' enqueue time was
     taken before, their completion time (the Work's future) comes after. A
     simplification: the issuing thread sleeps, where a real slow NIC would let it go on.
-  * ``group=pp``, the link out of ``rank``: its pipeline neighbours install the mode and
-    count the recvs they post from ``rank``; ``Work.wait`` (patched before the hooks wrap
-    it) returns ``delay_ms`` after the transfer for each of them. ``rank`` itself sends
-    on time and goes on, as over a slow NIC.
+  * ``group=pp``, the link out of ``rank``: its pipeline neighbours count the recvs they
+    post from ``rank`` (``batch_isend_irecv``, ``irecv``, ``recv`` wrapped under the
+    hooks; no dispatch mode, whose per-op cost would slow the neighbours' compute and
+    make them look like stragglers); ``Work.wait`` (patched before the hooks wrap it)
+    returns ``delay_ms`` after the transfer for each of them. ``rank`` itself sends on
+    time and goes on, as over a slow NIC.
 
 - :class:`Desync` wraps ``funcol.all_reduce`` (what DTensor's TP calls) *after* the
   hooks attach, so it sits *over* them, whether they record at the Python API or in a
@@ -143,6 +145,8 @@ class SlowLink(TorchDispatchMode):
     """Recvs posted from the slow sender (``pp``) whose wait is not yet held."""
     _undo: list[Callable[[], None]] = field(default_factory=list)
     _told: bool = False
+    entered: bool = False
+    """Whether the dispatch mode is entered (not for ``pp``)."""
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -224,6 +228,40 @@ class SlowLink(TorchDispatchMode):
         self._undo.append(lambda: [setattr(ACT, n, f) for n, f in originals.items()])
         if self.spec.link_group == "pp":
             self._patch_work_wait()
+            self._patch_recv_posts()
+
+    def _patch_recv_posts(self) -> None:
+        """Count the recvs posted from the slow sender, at the ``torch.distributed`` API
+        (what pipelining calls), below the hooks' wrappers."""
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+
+        def counting(original, is_batch: bool):
+            @functools.wraps(original)  # P2POp.op is matched by name
+            def post(*a, **k):
+                if self._on():
+                    if is_batch:
+                        ops = a[0] if a else k.get("p2p_op_list", [])
+                        self._recvs += sum(
+                            1
+                            for op in ops
+                            if getattr(op.op, "__name__", "") in ("irecv", "recv")
+                            and op.peer == self.spec.rank
+                        )
+                    else:
+                        src = a[1] if len(a) > 1 else k.get("src")
+                        self._recvs += int(src == self.spec.rank)
+                return original(*a, **k)
+
+            return post
+
+        for name, is_batch in (("batch_isend_irecv", True), ("irecv", False), ("recv", False)):
+            original = getattr(c10d, name)
+            wrapped = counting(original, is_batch)
+            for module in (c10d, dist):
+                if getattr(module, name, None) is original:
+                    setattr(module, name, wrapped)
+                    self._undo.append(lambda m=module, n=name, f=original: setattr(m, n, f))
 
     def _patch_work_wait(self) -> None:
         work_cls = torch._C._distributed_c10d.Work
