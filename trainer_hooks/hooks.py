@@ -95,9 +95,11 @@ class _Step:
         self._t0 = time.time_ns()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         t1 = time.time_ns()
         h = self._hooks
+        if exc_type is not None:  # the step did not complete: no step record (its loss was
+            return  # never set); how the rank ended (in this step) goes to rank_ends
         h._put(
             {
                 "t": "steps",
