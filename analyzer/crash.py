@@ -11,7 +11,9 @@ means ordering them. The evidence, per rank (``rank_ends`` rows and its last rec
   records simply stop (``gone``);
 - what the launcher saw (``ranksight/torchrun_log.py``): exit codes, and its root cause
   (the first failure it observed);
-- when its records stopped (progress snapshots every 2 s from the writer thread, steps).
+- when its records stopped (progress snapshots every 2 s from the writer thread, steps),
+  and what its black box says once it is gone (``collectors/postmortem.py``: the step it
+  was in and its last op).
 
 The culprit is the launcher's root cause when one is known, else the earliest abnormal
 end that is not a teardown signal: a ``gone`` rank ends at its last record, an
@@ -88,6 +90,8 @@ def rank_ends(ends: pd.DataFrame, last_seen: pd.Series, last_step: pd.Series) ->
     hooks = ends[ends["source"] == "hooks"] if not ends.empty else ends
     launcher = ends[ends["source"] == "launcher"] if not ends.empty else ends
     by_launcher = {int(r.rank): r for r in launcher.itertuples()} if not ends.empty else {}
+    agent = ends[ends["source"] == "agent"] if not ends.empty else ends
+    by_agent = {int(r.rank): r for r in agent.itertuples()} if not ends.empty else {}
     for r in hooks.itertuples() if not ends.empty else ():
         out[int(r.rank)] = RankEnd(
             int(r.rank), str(r.reason), int(r.ts_ns), int(r.code), str(r.detail), int(r.last_step)
@@ -108,7 +112,11 @@ def rank_ends(ends: pd.DataFrame, last_seen: pd.Series, last_step: pd.Series) ->
         else:  # no record of its own: killed outright, or by the launcher's SIGKILL
             code = int(lr.code) if lr is not None else -1
             detail = str(lr.detail) if lr is not None else "no end recorded; its records stopped"
-            out[rank] = RankEnd(rank, "gone", int(seen), code, detail, step, root)
+            at = int(seen)
+            box = by_agent.get(rank)  # its black box: the step it was in, its last op
+            if box is not None:
+                step, at = max(step, int(box.last_step)), max(at, int(box.ts_ns))
+            out[rank] = RankEnd(rank, "gone", at, code, detail, step, root)
     return out
 
 
@@ -158,7 +166,12 @@ def crash_finding(
     cause, words = _how(e)
     inflight = []
     if not progress.empty:
-        mine = progress[(progress["rank"] == e.rank) & (progress["issued"] > progress["completed"])]
+        # what it was blocked in: a collective or a recv (an isend completes on its own)
+        mine = progress[
+            (progress["rank"] == e.rank)
+            & (progress["issued"] > progress["completed"])
+            & (progress["direction"] != "send")
+        ]
         inflight = [
             {"group_id": r.group_id, "op": r.op, "seq": int(r.issued), "members": r.members}
             for r in mine.itertuples()

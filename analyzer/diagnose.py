@@ -120,6 +120,7 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
     for s in slow:
         if s not in culprits:
             notes.append(f"rank {s.rank} looked slow but mostly waited for another slow rank")
+    culprits = _worth_reporting(culprits, float(analyzed.sum()), notes)
     peers = {s.rank: stage_peers(coords, s.rank) for s in culprits}
     wanted = sorted({r for s in culprits for r in (s.rank, *peers[s.rank])})
     detail = data.phases_of(wanted) if wanted else data.phases.iloc[0:0]
@@ -143,7 +144,7 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
     elif data.run.get("status") != "finished" and not data.progress.empty:
         report = find_hang(data.progress, int(data.steps["end_ns"].max()))
         if report is not None:
-            findings.insert(0, hang_finding(report, coords))
+            findings = _with_hang(findings, hang_finding(report, coords))
     return Analysis(data.run_id, data.attempt, findings, len(analyzed), med_ms, notes)
 
 
@@ -171,6 +172,12 @@ def _crash(data: RunData) -> CrashReport | None:
             pd.concat([seen, data.progress.groupby("rank")["seen_ns"].max()]).groupby(level=0).max()
         )
     last_step = data.steps.groupby("rank")["step"].max()
+    if not data.progress.empty and "at_step" in data.progress.columns:  # the step it was in
+        last_step = (
+            pd.concat([last_step, data.progress.groupby("rank")["at_step"].max()])
+            .groupby(level=0)
+            .max()
+        )
     return find_crash(data.ends, seen, last_step, str(data.run.get("status", "")))
 
 
@@ -190,6 +197,43 @@ def _with_crash(findings: list[Finding], crash: Finding) -> list[Finding]:
             findings[i] = replace(f, evidence=evidence, summary=summary)
             return findings
     return [crash, *findings]
+
+
+MIN_RUN_SHARE = 0.05
+"""A straggler is reported only if its excess time is at least this share of the analyzed
+run's step time (5%): a few slow steps on a shared host are noted, not named."""
+
+
+def _worth_reporting(culprits: list, run_ns: float, notes: list[str]) -> list:
+    """The culprits whose summed excess is at least MIN_RUN_SHARE of ``run_ns``; the
+    others are kept as notes."""
+    kept = []
+    for s in culprits:
+        share = float(s.excess_ns.sum()) / run_ns if run_ns > 0 else 1.0
+        if share >= MIN_RUN_SHARE:
+            kept.append(s)
+        else:
+            notes.append(
+                f"rank {s.rank} was slow ({s.cause}, {s.median_ratio:.2f}x its peers) in "
+                f"{s.slow_steps} step(s) from step {s.onset_step}, costing {100 * share:.1f}% "
+                f"of the run: under the {100 * MIN_RUN_SHARE:.0f}% reporting threshold"
+            )
+    return kept
+
+
+def _with_hang(findings: list[Finding], hang: Finding) -> list[Finding]:
+    """Add the hang finding first, unless a desync explains it: ranks that issued
+    different collectives at one sequence number wait for each other forever, so a hang
+    with no root outside the desync (every rank blocked, or the root is the desync's odd
+    rank) is its consequence, kept as the desync finding's evidence."""
+    for i, f in enumerate(findings):
+        if f.kind == "desync" and hang.culprit_rank in (-1, f.culprit_rank):
+            evidence = {**f.evidence, "then_hung": hang.evidence}
+            stalled = hang.evidence.get("stalled_s", 0)
+            summary = f"{f.summary}; the job then hung ({stalled:.0f} s without a step)"
+            findings[i] = replace(f, evidence=evidence, summary=summary)
+            return findings
+    return [hang, *findings]
 
 
 def _finding(

@@ -301,7 +301,10 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
         p2p=pd.DataFrame(),
         groups=_query(store, GROUPS, p),
         progress=_query(store, hang.LATEST, p),
-        transfer=_query(store, slow_comm.TRANSFER, p),
+        transfer=pd.concat(
+            [_query(store, slow_comm.TRANSFER, p), _query(store, slow_comm.TRANSFER_P2P, p)],
+            ignore_index=True,
+        ),
         fetch_waits=lambda holders: fetch_waits(store, p, holders),
         mismatches=mismatches,
         usual=usual,

@@ -67,6 +67,43 @@ they moved (groups are compared only with groups that move as much). One
 aggregation, no join: every member of an instance ends within microseconds of the others."""
 
 
+TRANSFER_P2P = """
+SELECT concat(group_id, ':', toString(src), '>', toString(dst)) AS group_id, at_step AS step,
+       avg(transfer) AS transfer_mean, avg(skew) AS skew_mean,
+       count() AS instances, sum(payload) AS step_bytes
+FROM
+(
+    SELECT group_id, src, dst, group_seq, any(step) AS at_step, max(bytes) AS payload,
+           maxIf(end_ns, op = 'recv') - max(enqueue_ns) AS transfer,
+           max(enqueue_ns) - min(enqueue_ns) AS skew, count() AS sides
+    FROM
+    (
+        SELECT group_id, group_seq, step, bytes, op, enqueue_ns, end_ns,
+               toInt64(if(op = 'send', rank, peer)) AS src,
+               toInt64(if(op = 'send', peer, rank)) AS dst
+        FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s
+          AND peer >= 0 AND end_ns > 0
+    )
+    GROUP BY group_id, src, dst, group_seq
+    HAVING sides = 2
+)
+GROUP BY group_id, src, dst, at_step
+"""
+"""TRANSFER for point-to-point links (pipeline sends and recvs): one "group" per
+direction of a pair, ``<group>:<src>><dst>``; an instance is a send and its recv (matched
+by their per-pair sequence number); transfer is the recv's end after both were posted.
+A slow link out of a rank shows as its pairs being slow against the other pairs of the
+same axis."""
+
+
+def pair_members(group_id: str) -> list[int] | None:
+    """``[src, dst]`` of a TRANSFER_P2P group id, None for a collective group."""
+    if ":" not in group_id or ">" not in group_id:
+        return None
+    src, dst = group_id.rsplit(":", 1)[1].split(">")
+    return [int(src), int(dst)]
+
+
 def transfer_matrix(transfer: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """group x step mean transfer and mean arrival skew per instance (ns), from the
     TRANSFER query's frame."""
@@ -92,7 +129,9 @@ def find_slow_groups(
     tm, skew = transfer_matrix(transfer)
     tm = tm.loc[:, sorted(tm.columns)[skip_steps:]]
     payload = transfer.groupby("group_id")["step_bytes"].median().reindex(tm.index)
-    axis_of = np.array([f"{axes.get(g, 'mixed')}:{int(b)}" for g, b in payload.items()])
+    axis_of = np.array(
+        [f"{axes.get(g, axes.get(g.split(':')[0], 'mixed'))}:{int(b)}" for g, b in payload.items()]
+    )
     found = []
     for role in set(axis_of):
         axis = role.split(":")[0]
@@ -107,7 +146,7 @@ def find_slow_groups(
         for i in np.flatnonzero(hit):
             g = tm.index[rows[i]]
             found.append(SlowGroup(
-                group_id=g, axis=axis, members=members.get(g, []),
+                group_id=g, axis=axis, members=members.get(g) or pair_members(g) or [],
                 transfer_ms=float(np.nanmedian(own[i])) / 1e6,
                 peers_transfer_ms=float(np.nanmedian(others[i])) / 1e6,
                 skew_ms=float(np.nanmedian(skew.loc[g])) / 1e6,

@@ -9,7 +9,9 @@ is gone, this collector reads them:
   with ``end_ns`` 0, exactly as the hooks themselves write them on a SIGTERM; skipped when
   the hooks did write them (the black box says ``flushed``);
 - a non-empty crash file becomes a ``stacks`` row, trigger ``crash``, its text as the
-  summary.
+  summary;
+- a black box the hooks did not flush means the process ended without recording its end:
+  a ``rank_ends`` row (source ``agent``, reason ``gone``) with the step it was in.
 
 Each file is handled once: it is renamed with a ``.shipped`` suffix after its rows are
 handed to the agent's sink.
@@ -42,6 +44,17 @@ def _where(path: str) -> tuple[str, int, int, int] | None:
     if not m or not a or not run_id:
         return None
     return run_id, int(a.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def gone_row(header: dict, run_id: str, attempt: int, rank: int, pid: int, host: str) -> dict:
+    """The ``rank_ends`` row of a rank whose process ended without recording its end (the
+    black box was not flushed): the step it was in, the time of its last op or step."""
+    return {
+        "run_id": run_id, "attempt": attempt, "rank": rank, "host": host, "pid": pid,
+        "ts_ns": int(header["last_ns"]), "source": "agent", "reason": "gone", "code": -1,
+        "detail": "the process ended without recording its end (killed outright?)",
+        "last_step": int(header["step"]),
+    }  # fmt: skip
 
 
 def inflight_rows(path: str, run_id: str, attempt: int, rank: int) -> list[dict]:
@@ -96,7 +109,7 @@ class PostmortemCollector(Collector):
     """Ships the black boxes and crash stacks of local ranks whose process is gone."""
 
     name = "postmortem"
-    tables = ("collectives", "stacks")
+    tables = ("collectives", "stacks", "rank_ends")
     interval_s = 2.0
     collect_on_stop = True
     """The agent collects once more when it stops: a job's ranks end just before it."""
@@ -106,7 +119,7 @@ class PostmortemCollector(Collector):
 
     def collect(self, now_ns: int) -> Rows:
         """Rows of every file whose process ended since the last call."""
-        rows: Rows = {"collectives": [], "stacks": []}
+        rows: Rows = {"collectives": [], "stacks": [], "rank_ends": []}
         if not self.ctx.spool_dir:
             return rows
         pattern = os.path.join(glob.escape(self.ctx.spool_dir), "*", "a*", "*-rank*-*.*")
@@ -120,6 +133,10 @@ class PostmortemCollector(Collector):
                     continue
                 if path.endswith(".bin"):
                     rows["collectives"] += inflight_rows(path, run_id, attempt, rank)
+                    header, _ = read_blackbox(path)
+                    if not header["flushed"]:
+                        host = self.ctx.host
+                        rows["rank_ends"].append(gone_row(header, run_id, attempt, rank, pid, host))
                 else:
                     row = crash_row(path, run_id, attempt, rank, pid, self.ctx.host)
                     if row is not None:

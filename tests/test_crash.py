@@ -77,9 +77,12 @@ def test_a_rank_killed_outright_is_the_one_whose_records_stopped_first():
             (1, "hooks", "signal", 15, "SIGTERM", 5, 32 * S),
         ]
     )
-    seen = pd.Series({0: 32 * S, 1: 32 * S, 2: 30 * S, 3: 31 * S})
+    seen = pd.Series({0: 32 * S, 1: 32 * S, 2: 29 * S, 3: 31 * S})
+    box = (2, "agent", "gone", -1, "the process ended without recording its end", 6, 30 * S)
+    ends = pd.concat([ends, _ends([box])], ignore_index=True)
     report = find_crash(ends, seen, pd.Series({0: 5, 1: 5, 2: 5, 3: 5}), "failed")
     assert report.culprit.rank == 2 and report.culprit.how == "gone"
+    assert report.culprit.last_step == 6 and report.culprit.at_ns == 30 * S  # its black box
     assert report.victims == [0, 1, 3]
     f = crash_finding(report, _coords(), pd.DataFrame(), pd.DataFrame())
     assert (f.kind, f.cause, f.culprit_rank, f.impact_pct) == ("crash", "gone", 2, 100.0)
@@ -100,8 +103,8 @@ def test_the_launchers_root_cause_wins_and_gives_the_exit_code():
     report = find_crash(ends, seen, pd.Series({2: 5}), "failed")
     assert report.culprit.rank == 2 and report.culprit.code == 17
     progress = pd.DataFrame(
-        {"rank": [2], "group_id": ["g1"], "issued": [9], "completed": [8], "op": ["all_reduce"],
-         "members": ["2,3"]}
+        {"rank": [2, 2], "group_id": ["g1", "g2"], "issued": [9, 4], "completed": [8, 3],
+         "op": ["all_reduce", "send"], "members": ["2,3", "0,2"], "direction": ["", "send"]}
     )  # fmt: skip
     stacks = pd.DataFrame({"rank": [2], "crash_stack": ["Fatal Python error: Aborted ..."]})
     f = crash_finding(report, _coords(), progress, stacks)

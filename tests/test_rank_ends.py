@@ -97,6 +97,9 @@ def test_a_rank_killed_inside_a_collective_leaves_it_in_its_black_box(tmp_path):
         ("all_reduce", 4096, 1, "forward", 0)
     ]
     assert dead[0]["group_seq"] == 0 and dead[0]["group_ranks"] == "0,1"
+    (gone,) = [r for r in rows["rank_ends"] if r["rank"] == 0]
+    assert (gone["source"], gone["reason"], gone["last_step"]) == ("agent", "gone", 1)
+    assert gone["ts_ns"] >= dead[0]["enqueue_ns"]  # its last op
     # shipped once
     assert collector.collect(time.time_ns())["collectives"] == []
 

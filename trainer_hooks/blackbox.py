@@ -11,7 +11,8 @@ is gone. Like the Flight Recorder's ring buffer, but readable after death, witho
 the dead process for a dump.
 
 Layout (little-endian): a 64-byte header ``HEADER`` (magic, slot count, ops written,
-``flushed`` = 1 once the hooks themselves wrote their in-flight ops to the spool), then
+``flushed`` = 1 once the hooks themselves wrote their in-flight ops to the spool, the step
+the rank is in, the time of its last op or step start), then
 ``slots`` fixed slots ``SLOT`` of one op each; op ``n`` is in slot ``n % slots``.
 """
 
@@ -23,8 +24,8 @@ import struct
 from typing import Any
 
 MAGIC = b"RSBBOX1\0"
-HEADER = struct.Struct("<8sqqq32x")
-"""magic, slots, ops written (serial of the next op), flushed."""
+HEADER = struct.Struct("<8sqqqqq16x")
+"""magic, slots, ops written (serial of the next op), flushed, step, last_ns."""
 SLOT = struct.Struct("<qqqqqqqii16s16s24s16s128s")
 """serial + 1 (0: empty), group_seq, enqueue_ns, end_ns (0: in flight), numel_in,
 numel_out, bytes, step, peer, group_id, op, dtype, phase, group_ranks (cut at 128 bytes:
@@ -77,7 +78,14 @@ class BlackBox:
         self._n = 0
         self._where: dict[int, tuple[int, int]] = {}
         """id(record) -> (serial, offset) of ops not yet completed."""
-        HEADER.pack_into(self._mm, 0, MAGIC, slots, 0, 0)
+        HEADER.pack_into(self._mm, 0, MAGIC, slots, 0, 0, -1, 0)
+
+    def set_step(self, step: int, now_ns: int) -> None:
+        """The rank began ``step`` at ``now_ns``."""
+        try:
+            struct.pack_into("<qq", self._mm, 32, step, now_ns)
+        except (ValueError, struct.error):
+            pass
 
     def issued(self, rec: dict[str, Any]) -> None:
         """Write ``rec`` (a ``collectives`` record) into the next slot."""
@@ -92,6 +100,7 @@ class BlackBox:
                 _b(rec["phase"], 16), _b(rec["group_ranks"], 128),
             )  # fmt: skip
             struct.pack_into("<q", self._mm, 16, n + 1)
+            struct.pack_into("<q", self._mm, 40, rec["enqueue_ns"])
         except (ValueError, TypeError, struct.error):
             return
         self._where[id(rec)] = (n + 1, off)
@@ -128,13 +137,13 @@ class BlackBox:
 
 def read_blackbox(path: str) -> tuple[dict[str, int], list[dict[str, Any]]]:
     """``(header, ops)`` of a black box file, oldest op first; ``header`` has ``slots``,
-    ``written`` and ``flushed``. Raises ValueError naming the file if it is not one
+    ``written``, ``flushed``, ``step`` and ``last_ns``. Raises ValueError naming the file if it is not one
     (wrong magic, truncated) and OSError if it cannot be read."""
     with open(path, "rb") as f:
         data = f.read()
     if len(data) < HEADER.size:
         raise ValueError(f"{path}: {len(data)} bytes is too short for a black box header")
-    magic, slots, written, flushed = HEADER.unpack_from(data, 0)
+    magic, slots, written, flushed, step, last_ns = HEADER.unpack_from(data, 0)
     if magic != MAGIC:
         raise ValueError(f"{path}: not a ranksight black box (magic {magic!r})")
     if len(data) < HEADER.size + slots * SLOT.size:
@@ -150,4 +159,5 @@ def read_blackbox(path: str) -> tuple[dict[str, int], list[dict[str, Any]]]:
         op["serial"] -= 1
         ops.append(op)
     ops.sort(key=lambda o: o["serial"])
-    return {"slots": slots, "written": written, "flushed": flushed}, ops
+    header = {"slots": slots, "written": written, "flushed": flushed}
+    return {**header, "step": step, "last_ns": last_ns}, ops

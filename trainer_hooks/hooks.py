@@ -93,6 +93,8 @@ class _Step:
     def __enter__(self) -> _Step:
         self._hooks._step = self._step
         self._t0 = time.time_ns()
+        if self._hooks._blackbox is not None:
+            self._hooks._blackbox.set_step(self._step, self._t0)
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
