@@ -10,12 +10,15 @@ import pandas as pd
 from .causes import refine_cause
 from .crash import CrashReport, crash_finding, find_crash
 from .findings import Finding
+from .gpu_causes import refine_gpu_cause
 from .groups import group_axes
 from .hang import find_hang
 from .hang_finding import hang_finding
+from .imbalance import imbalance_findings
 from .imported import is_imported, postmortem, replay_impacts
 from .more_findings import desync_findings, nan_findings, slow_comm_findings
 from .queries import RunData
+from .replay_impact import straggler_impacts
 from .straggler import StragglerConfig, find_slow_ranks
 from .waits import WaitSummary, summarize_waits
 
@@ -25,6 +28,8 @@ _WHAT = {
     "data_loader": "data loading",
     "gc": "compute, through Python GC pauses",
     "cpu_contention": "compute, through CPU contention on its core",
+    "gpu_throttle": "compute, through its GPU's clocks slowed down (NVML clock-event reason)",
+    "gpu_contention": "compute, through another process on its GPU",
 }
 
 
@@ -128,11 +133,18 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
     if imported:
         findings, more = replay_impacts(findings, data, coords)
         notes += more
+    else:
+        findings, more = straggler_impacts(findings, data, coords, peers)
+        notes += more
     med_ms = float(analyzed.median()) / _MS if not analyzed.empty else 0.0
     findings += slow_comm_findings(data.transfer, data.groups, axes, coords, med_ms, cfg.skip_steps)
     findings += desync_findings(data.mismatches, coords, data.usual)
     findings += nan_findings(data.steps, coords)
     findings.sort(key=lambda f: -f.impact_pct)
+    steps_in = [int(x) for x in analyzed.index]
+    culprit_ranks = [s.rank for s in culprits]
+    design, more = imbalance_findings(data, coords, totals, steps_in, med_ms, culprit_ranks)
+    findings, notes = findings + design, notes + more  # not a fault: after the faults
     crashed = None if imported else _crash(data)
     if imported:
         found, more = postmortem(data, coords)
@@ -266,6 +278,9 @@ def _finding(
         cause, cause_evidence = refine_cause(
             s.rank, peers, excess_ms, phases, procs, s.onset_step, step_ms
         )
+        if cause == "compute":
+            gpu, gpu_evidence = refine_gpu_cause(data, s, peers)
+            cause, cause_evidence = gpu or cause, {**cause_evidence, **gpu_evidence}
     what = _WHAT[cause]
     summary = (
         f"rank {s.rank} (dp={c['dp']}, tp={c['tp']}, pp={c['pp']}, host {c['host']}) is slow in "

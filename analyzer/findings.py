@@ -6,8 +6,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-KINDS = ("straggler", "slow_communication", "hang", "crash", "desync", "nan")
-CAUSES = ("compute", "data_loader", "optimizer", "communication", "unknown")
+KINDS = ("straggler", "slow_communication", "hang", "crash", "desync", "nan", "pipeline_imbalance")
+CAUSES = ("compute", "data_loader", "optimizer", "communication", "unknown", "gc", "cpu_contention",
+          "gpu_throttle", "gpu_contention", "stage_imbalance")  # fmt: skip
+NOT_FAULTS = ("pipeline_imbalance",)
+"""Finding kinds that describe the job's design, not a fault (severity low)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ranksight.store import Store, StoreError
 
-from . import causes, crash, desync, hang, slow_comm
+from . import causes, crash, desync, gpu_causes, hang, slice_replay, slow_comm
 from .straggler import COMPUTE_PHASES, DATA_PHASES
 
 _RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
@@ -224,6 +224,12 @@ class RunData:
     fetch_waits: Callable[[list[int]], tuple[pd.DataFrame, pd.DataFrame]] | None = None
     """Loads ``(arrivals, p2p)`` for the given holder ranks from the store; None: the
     frames above already hold every rank's."""
+    fetch_gpu: Callable[[pd.DataFrame, list[int], int, int], gpu_causes.GpuTables] | None = None
+    """Loads the NVML tables (``gpu_causes.fetch_gpu_tables``) for some ranks (ranks
+    frame, ranks, since ns, until ns); None: no GPU tables to read."""
+    fetch_slice: Callable[..., slice_replay.SliceTables] | None = None
+    """Loads one pipeline slice's rows for the bounded what-if replay
+    (``slice_replay.fetch_slice_tables``: ranks, groups, steps, peers); None: none."""
 
     def phases_of(self, ranks: list[int]) -> pd.DataFrame:
         """PHASES rows (rank, step, phase, n, dur_ns, wait_ns, self_ns, stage) of ``ranks``."""
@@ -317,6 +323,12 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
         ends=_optional(store, crash.ENDS, p),
         crash_stacks=_optional(store, crash.CRASH_STACKS, p),
         fetch_ops=lambda: (_query(store, OPS_PHASES, p), _query(store, OPS_COLLECTIVES, p)),
+        fetch_gpu=lambda ranks, wanted, since, until: gpu_causes.fetch_gpu_tables(
+            lambda sql, q: _optional(store, sql, q), p, ranks, wanted, since, until
+        ),
+        fetch_slice=lambda ranks, groups, steps, peers: slice_replay.fetch_slice_tables(
+            lambda sql, q: _query(store, sql, q), p, ranks, groups, steps, peers
+        ),
     )
 
 

@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ranksight.analyzer.findings import NOT_FAULTS
 from ranksight.reference_trainer.layout import coords_of, rank_of
 
 SHAPE = {"dp": 2, "tp": 2, "pp": 2}
@@ -195,7 +196,10 @@ class Score:
 
 
 def score(findings: Sequence[Mapping[str, Any]], e: Expectation) -> Score:
-    """Score ``findings`` (dicts with kind, cause, culprit_rank, evidence) against ``e``."""
+    """Score ``findings`` (dicts with kind, cause, culprit_rank, evidence) against ``e``.
+    Findings that describe the job's design, not a fault (``pipeline_imbalance``), are
+    not scored."""
+    findings = [f for f in findings if f["kind"] not in NOT_FAULTS]
     if e.kind is None:
         false = tuple(finding_label(f) for f in findings)
         return Score("FALSE" if false else "right", false[0] if false else "(none)", false)

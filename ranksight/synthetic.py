@@ -109,6 +109,10 @@ class SynthConfig:
     """Optimizer step (ms)."""
     data_ms: float = 2.0
     """Data loading per step (ms)."""
+    stage_cost: tuple[float, ...] = ()
+    """Per pipeline stage, a factor on its forward/backward compute (one per stage; empty:
+    all 1). ``(1, 1, 1, 1.5)``: the last stage holds half again as much work by design
+    (pipeline imbalance, not a fault)."""
     noise: float = 0.03
     """Log-normal sigma of every duration (0.03: about 3% jitter)."""
     start_ns: int | None = None
@@ -140,6 +144,11 @@ class SynthConfig:
             raise ValueError("noise must be >= 0 and chunk_rows >= 1")
         if self.snapshot_s <= 0 or self.tail_s < 0:
             raise ValueError("snapshot_s must be > 0 and tail_s >= 0")
+        self.stage_cost = tuple(float(c) for c in self.stage_cost)
+        if self.stage_cost and (len(self.stage_cost) != self.pp or min(self.stage_cost) <= 0):
+            raise ValueError(
+                f"stage_cost {self.stage_cost}: give one factor > 0 per stage (pp={self.pp})"
+            )
         self.specs = parse_faults(self.faults)
         for spec in self.specs:
             if spec.kind not in SUPPORTED:
@@ -200,9 +209,10 @@ def step_inputs(cfg: SynthConfig, rng: np.random.Generator, steps: int) -> StepI
     def jit(shape, ms: float) -> np.ndarray:
         return ms * _MS * rng.lognormal(0.0, cfg.noise, size=shape)
 
+    cost = np.asarray(cfg.stage_cost or (1.0,) * cfg.pp)[None, None, :, None, None]
     return StepInputs(
-        fwd=jit(dims + (m,), cfg.fwd_ms),
-        bwd=jit(dims + (m,), cfg.bwd_ms),
+        fwd=jit(dims + (m,), cfg.fwd_ms) * cost,
+        bwd=jit(dims + (m,), cfg.bwd_ms) * cost,
         data=jit(dims, cfg.data_ms),
         optim=jit(dims, cfg.optim_ms),
         tp_comm=jit((S, cfg.dp, cfg.pp), cfg.tp_comm_ms),

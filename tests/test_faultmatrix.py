@@ -52,6 +52,10 @@ def test_verdicts():
     clean = _expect("none")
     assert score([], clean).passed
     assert score([_f("straggler", "compute", 1)], clean).verdict == "FALSE"
+    # a stage slower by design is not a fault: neither a false finding nor a match
+    design = _f("pipeline_imbalance", "stage_imbalance", -1)
+    assert score([design], clean).passed
+    assert score([design, _f("straggler", "compute", 5)], slow).passed
 
 
 def test_slow_link_may_name_a_member_or_the_group():

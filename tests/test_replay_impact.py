@@ -1,0 +1,98 @@
+"""Impact from a bounded what-if replay, and pipeline imbalance, on synthetic runs.
+
+The true effect of a fault is measured by writing the same run (same seed, so the same
+timing noise) with and without it: the mean step time over the same steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from ranksight.analyzer import analyze, load_run
+from ranksight.analyzer.imbalance import ImbalanceConfig, find_imbalance
+from ranksight.store import open_store
+from ranksight.synthetic import SynthConfig, write_synthetic
+
+SHAPE = {"dp": 2, "tp": 2, "pp": 4, "steps": 30, "seed": 3}
+"""16 ranks, 1F1B with 4 microbatches: a stage's excess is not the step's excess."""
+ONSET = 5
+
+
+@pytest.fixture
+def chdb_store(chdb_url):
+    with open_store(chdb_url) as store:
+        store.init_schema()
+        yield store
+
+
+def mean_step_ns(store, run_id: str, first: int) -> float:
+    """Mean wall time of the steps from ``first`` on (first start to last end over ranks)."""
+    s = load_run(store, run_id).steps
+    g = s[s["step"] >= first].groupby("step")
+    return float((g["end_ns"].max() - g["start_ns"].min()).mean())
+
+
+def true_impact(store, faulty: SynthConfig, clean: SynthConfig) -> float:
+    """Percent by which the mean step gets shorter from ``faulty`` to ``clean``."""
+    a, b = (write_synthetic(store, c).run_id for c in (faulty, clean))
+    return 100.0 * (1.0 - mean_step_ns(store, b, ONSET) / mean_step_ns(store, a, ONSET))
+
+
+@pytest.mark.parametrize("rank,factor", [(6, 1.5), (9, 2.0)])
+def test_straggler_impact_from_replay_is_close_to_the_true_slowdown(chdb_store, rank, factor):
+    fault = f"slow:rank={rank},factor={factor},from_step={ONSET}"
+    faulty = SynthConfig(**SHAPE, faults=(fault,))
+    true = true_impact(chdb_store, faulty, SynthConfig(**SHAPE))
+    analysis = analyze(chdb_store, faulty.run_id, save=False)
+    [f] = analysis.findings
+    assert (f.kind, f.culprit_rank) == ("straggler", rank)
+    whatif = f.evidence["whatif"]
+    assert whatif["method"].startswith("replay") and whatif["slice_ranks"] == [
+        r for r in range(16) if r % 2 == rank % 2 and r // 8 == rank // 8
+    ]
+    assert len(whatif["steps"]) == 24 and whatif["steps"][0] >= ONSET
+    assert abs(f.impact_pct - true) < 2.5, (f.impact_pct, true, whatif)
+    # the excess-time estimate it replaces is kept beside it
+    assert whatif["estimate_pct"] > 0 and "what-if replay" in f.summary
+
+
+def test_slow_stage_by_design_is_pipeline_imbalance_not_a_straggler(chdb_store):
+    cost = (1.0, 1.0, 1.0, 1.6)
+    imbalanced = SynthConfig(**SHAPE, stage_cost=cost)
+    balanced = SynthConfig(**SHAPE, stage_cost=(sum(cost) / 4,) * 4)  # same work, even
+    true = true_impact(chdb_store, imbalanced, balanced)
+    analysis = analyze(chdb_store, imbalanced.run_id, save=False)
+    assert [(f.kind, f.cause, f.culprit_rank, f.pp) for f in analysis.findings] == [
+        ("pipeline_imbalance", "stage_imbalance", -1, 3)
+    ]
+    f = analysis.findings[0]
+    assert f.evidence["severity"] == "low" and f.evidence["ranks_in_stage"] == 4
+    assert 1.5 < f.evidence["ratio_to_other_stages"] < 1.7
+    assert f.evidence["whatif"]["method"].startswith("replay")
+    assert abs(f.impact_pct - true) < 2.5, (f.impact_pct, true)
+
+
+def test_imbalance_comes_after_a_fault_and_clean_runs_have_none(chdb_store):
+    both = SynthConfig(
+        **SHAPE, stage_cost=(1.0, 1.0, 1.0, 1.6), faults=("slow:rank=2,factor=2,from_step=5",)
+    )
+    write_synthetic(chdb_store, both)
+    kinds = [
+        (f.kind, f.culprit_rank) for f in analyze(chdb_store, both.run_id, save=False).findings
+    ]
+    assert kinds == [("straggler", 2), ("pipeline_imbalance", -1)]
+    clean = SynthConfig(**{**SHAPE, "seed": 5})
+    write_synthetic(chdb_store, clean)
+    assert analyze(chdb_store, clean.run_id, save=False).findings == []
+
+
+def test_a_few_slow_ranks_in_a_stage_are_no_imbalance():
+    import pandas as pd
+
+    stage = pd.Series([0] * 4 + [1] * 4)
+    cfg = ImbalanceConfig()
+    uniform = pd.Series([100.0] * 4 + [150.0] * 4)
+    assert find_imbalance(uniform, stage, cfg).stage == 1
+    two_slow = pd.Series([100.0] * 4 + [100.0, 100.0, 200.0, 200.0])
+    assert find_imbalance(two_slow, stage, cfg) is None
+    one_rank_stages = pd.Series([100.0, 150.0])
+    assert find_imbalance(one_rank_stages, pd.Series([0, 1]), cfg) is None
