@@ -108,24 +108,25 @@ GROUP BY rank, step, phase ORDER BY step, rank, phase
 """PHASES for a few ranks (a suspect and its peers): the evidence of a finding."""
 
 # Per collective instance (group_id, group_seq) the last arriver and each member's wait
-# for it (max enqueue - own enqueue), summed per (rank, last_rank, group, step). Only
+# for it (max start - own start: arrival, see slow_comm), summed per (rank, last_rank,
+# group, step). Only
 # instances every member reported are counted, and only in the groups of %(holders)s
 # (the ranks under suspicion): the join is the expensive part at scale.
 _HOLDER_GROUPS = f"""group_id IN (SELECT group_id FROM collectives WHERE {_RUN} AND peer = -1
                        AND rank IN %(holders)s GROUP BY group_id)"""
 ARRIVALS = f"""
 SELECT rank, last_rank, group_id, step, any(op) AS op, count() AS n,
-       sum(max_enq - enqueue_ns) AS waited_ns,
-       sum(greatest(end_ns - max_enq, 0)) AS after_last_ns
+       sum(max_start - start_ns) AS waited_ns,
+       sum(greatest(end_ns - max_start, 0)) AS after_last_ns
 FROM
 (
-    SELECT rank, group_id, group_seq, step, op, enqueue_ns, end_ns
+    SELECT rank, group_id, group_seq, step, op, start_ns, end_ns
     FROM collectives WHERE {_RUN} AND peer = -1 AND end_ns > 0 AND {_HOLDER_GROUPS}
 ) AS member
 ALL INNER JOIN
 (
-    SELECT group_id, group_seq, max(enqueue_ns) AS max_enq,
-           argMax(rank, enqueue_ns) AS last_rank, count() AS n_seen,
+    SELECT group_id, group_seq, max(start_ns) AS max_start,
+           argMax(rank, start_ns) AS last_rank, count() AS n_seen,
            any(length(splitByChar(',', group_ranks))) AS n_members
     FROM collectives WHERE {_RUN} AND peer = -1 AND end_ns > 0 AND {_HOLDER_GROUPS}
     GROUP BY group_id, group_seq
@@ -138,16 +139,16 @@ GROUP BY rank, last_rank, group_id, step
 # sequence): how long the receiver had been waiting when the sender issued the send.
 P2P_WAITS = f"""
 SELECT dst AS rank, src AS peer, step, count() AS n,
-       sum(greatest(send_enq - enqueue_ns, 0)) AS waited_ns
+       sum(greatest(send_start - start_ns, 0)) AS waited_ns
 FROM
 (
-    SELECT group_id, toInt64(rank) AS dst, toInt64(peer) AS src, group_seq, step, enqueue_ns
+    SELECT group_id, toInt64(rank) AS dst, toInt64(peer) AS src, group_seq, step, start_ns
     FROM collectives WHERE {_RUN} AND op = 'recv' AND peer IN %(holders)s
 ) AS recv_side
 ALL INNER JOIN
 (
     SELECT group_id, toInt64(rank) AS src, toInt64(peer) AS dst, group_seq,
-           enqueue_ns AS send_enq
+           start_ns AS send_start
     FROM collectives WHERE {_RUN} AND op = 'send' AND rank IN %(holders)s
 ) AS send_side USING (group_id, src, dst, group_seq)
 GROUP BY dst, src, step

@@ -1,7 +1,8 @@
 """Slow communication: collectives of one group slow after everyone has arrived.
 
-A collective's time after its last member arrived (``max(end) - max(enqueue)``) is transfer,
-not waiting. A group whose transfer time per collective is far above that of the other
+A collective's time after its last member arrived (``max(end) - max(start)``) is transfer,
+not waiting. ``start_ns`` is the arrival: the issue time on CPU, the device-side arrival
+(a CUDA event before the op) on GPU. A group whose transfer time per collective is far above that of the other
 groups of the same mesh axis (same op mix, same sizes by construction of the mesh) has a
 slow link; the rank(s) shared by every slow group localize it (MegaScale, NSDI 2024, 5.2:
 intersect the slow groups).
@@ -54,7 +55,7 @@ SELECT group_id, at_step AS step, avg(transfer) AS transfer_mean, avg(skew) AS s
 FROM
 (
     SELECT group_id, group_seq, any(step) AS at_step, max(bytes) AS payload,
-           max(end_ns) - max(enqueue_ns) AS transfer, max(enqueue_ns) - min(enqueue_ns) AS skew
+           max(end_ns) - max(start_ns) AS transfer, max(start_ns) - min(start_ns) AS skew
     FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s
       AND peer = -1 AND end_ns > 0
     GROUP BY group_id, group_seq
@@ -74,11 +75,11 @@ SELECT concat(group_id, ':', toString(src), '>', toString(dst)) AS group_id, at_
 FROM
 (
     SELECT group_id, src, dst, group_seq, any(step) AS at_step, max(bytes) AS payload,
-           maxIf(end_ns, op = 'recv') - max(enqueue_ns) AS transfer,
-           max(enqueue_ns) - min(enqueue_ns) AS skew, count() AS sides
+           maxIf(end_ns, op = 'recv') - max(start_ns) AS transfer,
+           max(start_ns) - min(start_ns) AS skew, count() AS sides
     FROM
     (
-        SELECT group_id, group_seq, step, bytes, op, enqueue_ns, end_ns,
+        SELECT group_id, group_seq, step, bytes, op, start_ns, end_ns,
                toInt64(if(op = 'send', rank, peer)) AS src,
                toInt64(if(op = 'send', peer, rank)) AS dst
         FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s

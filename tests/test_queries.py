@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from ranksight.agent import Agent
+from ranksight.agent.config import AgentConfig
 from ranksight.analyzer import list_runs, load_run
 from ranksight.analyzer.queries import UnknownRun
 from ranksight.store import open_store
@@ -14,7 +15,7 @@ from ranksight.store import open_store
 def _load(url: str, spool: str):
     store = open_store(url)
     store.init_schema()
-    agent = Agent(spool, store)
+    agent = Agent(spool, store, config=AgentConfig(keep_spool=True))  # loaded twice
     assert agent.drain() > 0 and agent.stats.rejected == 0
     return store, load_run(store, "hooks-test")
 
@@ -28,11 +29,13 @@ def _canon(frame: pd.DataFrame) -> pd.DataFrame:
 def test_queries_agree_on_chdb_and_clickhouse(hooked_job_spool, chdb_url, clickhouse_db_url):
     _, a = _load(chdb_url, hooked_job_spool)
     _, b = _load(clickhouse_db_url, hooked_job_spool)
-    for name in ("ranks", "steps", "phases", "groups", "transfer", "progress"):
+    for name in ("ranks", "steps", "phase_totals", "groups", "transfer", "progress", "ends"):
         fa, fb = getattr(a, name), getattr(b, name)
         assert len(fa) > 0, name
         pd.testing.assert_frame_equal(_canon(fa), _canon(fb), check_dtype=False, obj=name)
-    for fa, fb in zip(a.waits_for([1, 2]), b.waits_for([1, 2]), strict=True):
+    pairs = [(a.phases_of([0, 2]), b.phases_of([0, 2]))]
+    pairs += list(zip(a.waits_for([1, 2]), b.waits_for([1, 2]), strict=True))
+    for fa, fb in pairs:
         assert len(fa) > 0
         pd.testing.assert_frame_equal(_canon(fa), _canon(fb), check_dtype=False)
     assert a.run["status"] == b.run["status"] == "finished"
@@ -53,7 +56,14 @@ def test_arrivals_and_p2p_name_who_waited_for_whom(hooked_job_spool, store_url):
     # every recv found its send
     assert p2p["n"].sum() == 4 * 3 + 2 * 3
     assert sorted(data.ranks["rank"]) == [0, 1, 2, 3]
-    assert set(data.phases.columns) >= {"self_ns", "wait_ns", "dur_ns", "stage"}
+    detail = data.phases_of([1])
+    assert set(detail.columns) >= {"self_ns", "wait_ns", "dur_ns", "stage"}
+    assert set(detail["rank"]) == {1}
+    totals = data.phase_totals.set_index(["rank", "step"])
+    own = detail[detail["phase"].isin(("forward", "backward", "optimizer"))]
+    assert own.groupby("step")["self_ns"].sum().to_dict() == {
+        s: totals.loc[(1, s), "compute_self"] for s in own["step"].unique()
+    }  # the pivot in the store sums what the detail rows hold
 
 
 def test_unknown_run_is_a_clear_error(store):

@@ -88,6 +88,8 @@ class CollectiveLog:
         self._by_work: dict[int, tuple[Any, dict[str, Any]]] = {}
         self._no_future: list[tuple[dict[str, Any], Any]] = []
         self._done: collections.deque[dict[str, Any]] = collections.deque()
+        self.device: Any = None
+        """A :class:`~.device_timing.DeviceTimer` (CUDA ranks), or None."""
         self.blackbox: Any = None
         """A :class:`~.blackbox.BlackBox` every op is also written to, or None."""
         self._in_call: dict[int, dict[str, Any]] = {}
@@ -126,6 +128,8 @@ class CollectiveLog:
         }  # fmt: skip
         if self.blackbox is not None:
             self.blackbox.issued(rec)
+        if self.device is not None:
+            self.device.start(rec)
         return rec
 
     def enter_call(self, rec: dict[str, Any]) -> None:
@@ -145,14 +149,19 @@ class CollectiveLog:
             self.blackbox.completed(rec)
 
     def complete(self, rec: dict[str, Any], end_ns: int | None = None) -> None:
-        """Set the record's end (now by default) and emit it (training thread only)."""
-        rec["end_ns"] = end_ns or time.time_ns()
+        """Set the record's end (now by default) and emit it (training thread only; on a
+        CUDA rank the device timer emits it once its events resolve)."""
+        rec["end_ns"] = rec["end_ns"] or end_ns or time.time_ns()
         self._completed(rec)
+        if self.device is not None and self.device.end(rec):
+            return
         self.emit(rec)
 
     def _done_callback(self, rec: dict[str, Any]) -> None:
         rec["end_ns"] = time.time_ns()
         self._completed(rec)  # at once: the training thread may be stuck
+        if self.device is not None and self.device.has_start(rec):
+            return  # its end event is recorded when the training thread waits for it
         self._done.append(rec)
 
     def progress_records(self, step: int) -> list[dict[str, Any]]:
@@ -193,6 +202,8 @@ class CollectiveLog:
         entry = self._by_work.pop(id(work), None)
         if entry is not None and entry[1]["wait_ns"] == 0:
             entry[1]["wait_ns"] = dt
+        if entry is not None and self.device is not None and self.device.has_start(entry[1]):
+            self.complete(entry[1])  # records the end event after the wait
         if self._no_future:
             still = []
             for rec, w in self._no_future:

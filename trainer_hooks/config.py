@@ -51,6 +51,10 @@ class HooksConfig:
     agent deletes closed segments once the store has every record in them."""
     flush_interval_s: float = 0.25
     """How often the writer thread moves buffered records to the spool file, seconds."""
+    device_timing: bool = field(
+        default_factory=lambda: os.environ.get(env.DEVICE_TIMING, "1") != "0"
+    )
+    """On a CUDA rank, time collectives with CUDA events (``device_timing.py``)."""
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:

@@ -35,6 +35,7 @@ from .collective_log import BlockedClock, CollectiveLog
 from .collectives import DispatchRecorder
 from .completeness import DispatchCounter, write_counts
 from .config import HooksConfig
+from .device_timing import DeviceClock, DeviceTimer
 from .exits import ExitRecorder, crash_stack_path
 from .flight_recorder import DumpOnRequest
 from .gc_pauses import GcRecorder
@@ -199,6 +200,8 @@ class Hooks:
             self._log.blackbox = self._blackbox = BlackBox(blackbox_path(path, self.rank))
         except OSError as e:
             warnings.warn(f"ranksight: no black box for rank {self.rank}: {e}", stacklevel=3)
+        self._device = self._device_timer() if config.device_timing else None
+        self._log.device = self._device
         self._undo = [
             patch_work_wait(self._log),
             patch_async_waits(self._log),
@@ -256,6 +259,21 @@ class Hooks:
         if self._run_record is not None:
             self._put({**self._run_record, "status": status, "updated_ns": time.time_ns()})
 
+    def _device_timer(self) -> DeviceTimer | None:
+        """CUDA-event timing of collectives when this rank computes on a GPU, else None."""
+        try:
+            import torch
+
+            on_gpu = "nccl" in str(dist.get_backend()) or torch.cuda.is_initialized()
+            if not torch.cuda.is_available() or not on_gpu:
+                return None
+            timer = DeviceTimer(self._put, DeviceClock(torch.cuda, torch.cuda.current_device()))
+        except Exception as e:  # no device timing is not a reason to stop training
+            warnings.warn(f"ranksight: no CUDA-event timing: {e}", stacklevel=4)
+            return None
+        timer.start_thread()
+        return timer
+
     def _end_on_exit(self, reason: str, code: int, detail: str) -> None:
         """ExitRecorder's callback: the process is ending without ``close()``."""
         self._finish("finished" if reason == "exit" else "failed", reason, code, detail)
@@ -267,6 +285,7 @@ class Hooks:
         if not self._finished.acquire(blocking=False):
             return
         for write in (
+            lambda: self._device and self._device.close(),
             self._log.flush,
             lambda: self._blackbox and self._blackbox.mark_flushed(),
             lambda: [self._put(r) for r in self._log.progress_records(self._step)],

@@ -1,0 +1,106 @@
+"""CUDA-event timing of collectives (trainer_hooks/device_timing.py), with a stand-in for
+``torch.cuda`` (no GPU here): events whose device timestamps the test controls. The real
+thing is measured on the GPU machine against the profiler (bench/RESULTS.md)."""
+
+from __future__ import annotations
+
+import time
+
+from ranksight.trainer_hooks.device_timing import DeviceClock, DeviceTimer
+
+
+class FakeCuda:
+    """``torch.cuda``'s surface used here. ``device_ns`` is the device clock: an event
+    recorded now completes at the device time the test sets (or at once on a side
+    stream), ``offset_ns`` ahead of the host clock."""
+
+    def __init__(self, offset_ns: int = 5_000_000_000) -> None:
+        self.offset_ns = offset_ns
+        self.next_at: list[int] = []  # device times of the next recorded events
+        self.done: set[int] = set()
+
+    def is_available(self) -> bool:
+        return True
+
+    def Stream(self, device=None):  # noqa: N802 - torch's name
+        return object()
+
+    def Event(self, enable_timing=False):  # noqa: N802
+        return FakeEvent(self)
+
+
+class FakeEvent:
+    def __init__(self, cuda: FakeCuda) -> None:
+        self.cuda, self.t = cuda, None
+
+    def record(self, stream=None) -> None:
+        if stream is not None:  # the idle side stream: completes at once
+            self.t = time.time_ns() + self.cuda.offset_ns
+            self.cuda.done.add(id(self))
+        else:
+            self.t = self.cuda.next_at.pop(0)
+
+    def synchronize(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return id(self) in self.cuda.done
+
+    def elapsed_time(self, other: FakeEvent) -> float:
+        return (other.t - self.t) / 1e6  # ms, as torch
+
+
+def test_anchor_maps_device_times_onto_the_host_clock():
+    cuda = FakeCuda()
+    clock = DeviceClock(cuda)
+    assert 0 <= clock.uncertainty_ns < 50_000_000
+    ev = FakeEvent(cuda)
+    cuda.next_at.append(clock.anchor.t + 1_234_567)
+    ev.record()
+    assert abs(clock.to_ns(ev) - (clock.anchor_ns + 1_234_567)) <= 1  # device clock offset gone
+
+
+def test_records_wait_for_their_events_and_come_out_with_device_times_in_order():
+    cuda = FakeCuda()
+    out: list[dict] = []
+    timer = DeviceTimer(out.append, DeviceClock(cuda))
+    base = timer.clock.anchor.t
+    recs = [{"op": "all_reduce", "start_ns": 1, "end_ns": 2, "enqueue_ns": 1} for _ in range(3)]
+    events = []
+    for i, rec in enumerate(recs):
+        cuda.next_at += [base + 1000 * (i + 1), base + 1000 * (i + 1) + 500]
+        timer.start(rec)
+        assert timer.has_start(rec)
+        assert timer.end(rec)
+        events.append(timer._pending[-1][2])
+    assert timer.resolve() == 0 and out == []  # nothing completed on the device yet
+    cuda.done.add(id(events[0]))
+    cuda.done.add(id(events[2]))
+    assert timer.resolve() == 1  # in order: the second holds the third back
+    cuda.done.add(id(events[1]))
+    assert timer.resolve() == 2
+    anchor_ns = timer.clock.anchor_ns
+    assert [(r["start_ns"] - anchor_ns, r["end_ns"] - anchor_ns) for r in out] == [
+        (1000, 1500), (2000, 2500), (3000, 3500)
+    ]  # fmt: skip
+    assert all(r["enqueue_ns"] == 1 for r in out)  # the host issue time stays
+    assert timer.resolved == 3 and timer.unresolved == 0
+
+
+def test_an_op_never_waited_on_and_unfinished_events_leave_with_host_times():
+    cuda = FakeCuda()
+    out: list[dict] = []
+    timer = DeviceTimer(out.append, DeviceClock(cuda), max_pending=2)
+    never = {"op": "all_gather", "start_ns": 7, "end_ns": 8}
+    cuda.next_at.append(0)
+    timer.start(never)
+    assert timer.end({"op": "x"}) is False  # no start event: the caller emits it itself
+    recs = [{"op": "all_reduce", "start_ns": i, "end_ns": i} for i in range(3)]
+    for rec in recs:
+        cuda.next_at += [0, 0]
+        timer.start(rec)
+        timer.end(rec)
+    assert out == [recs[0]] and timer.unresolved == 1  # over max_pending: the oldest goes
+    timer.close(timeout_s=0.05)
+    assert out == recs and recs[2]["start_ns"] == 2  # unresolved: host times kept
+    assert timer.unresolved == 3

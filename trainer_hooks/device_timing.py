@@ -1,0 +1,187 @@
+"""Device-side times of collectives on GPU: CUDA events, resolved off the training thread.
+
+On a GPU the host runs ahead of the device: the time a rank *issues* a collective says
+little about when its inputs are ready on the device or when the transfer ends. So, for
+every collective issued from a CUDA rank, the hooks record two CUDA events on the
+issuing (current) stream, as MegaScale times its critical segments (NSDI 2024, 4.1):
+
+- **start**, just before the call: it completes when everything queued before the
+  collective on that stream has run, i.e. when this rank's inputs are ready: the rank's
+  device-side *arrival*;
+- **end**, right after the rank waits for it (``Work.wait`` / a functional collective's
+  wait / a synchronous call returning): c10d makes the current stream wait for the
+  communication stream there, so the event completes once the transfer has ended.
+
+Recording an event costs a few microseconds and never synchronizes. A resolver thread
+polls ``Event.query()`` (non-blocking) and converts the events to the host's realtime
+clock through an **anchor**: an event recorded on an idle side stream right after reading
+``time.time_ns()``, synchronized by the resolver thread itself (never the training
+stream); ``anchor_ns + anchor.elapsed_time(event)`` is the event's host time. Anchors are
+renewed every ``anchor_every_s`` (GPU and host clocks drift apart by a few ppm); each
+keeps its uncertainty (the host time between recording it and seeing it complete).
+Records wait in the resolver until their events complete (bounded: past ``max_pending``
+the oldest go out with host times only, counted).
+
+Records resolved here carry device times in ``start_ns`` / ``end_ns`` (``enqueue_ns``
+stays the host issue time); ops that were never waited on keep host times.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class DeviceClock:
+    """Host realtime ns of CUDA events through anchors (see the module docstring).
+
+    ``cuda``: the ``torch.cuda`` module (tests pass a stand-in with the same surface).
+    Raises RuntimeError if CUDA is unavailable."""
+
+    def __init__(self, cuda: Any, device: Any = None, tries: int = 5) -> None:
+        if not cuda.is_available():
+            raise RuntimeError("CUDA is not available: no device timing")
+        self.cuda = cuda
+        self.stream = cuda.Stream(device=device)
+        self.tries = tries
+        self.anchor: Any = None
+        self.anchor_ns = 0
+        self.uncertainty_ns = 0
+        """Host time between recording the current anchor and seeing it complete (ns)."""
+        self.renew()
+
+    def renew(self) -> None:
+        """Record a new anchor (the tightest of ``tries``). Blocks the calling thread on
+        the side stream only."""
+        best = None
+        for _ in range(self.tries):
+            ev = self.cuda.Event(enable_timing=True)
+            t0 = time.time_ns()
+            ev.record(self.stream)
+            ev.synchronize()
+            t1 = time.time_ns()
+            if best is None or t1 - t0 < best[2] - best[1]:
+                best = (ev, t0, t1)
+        self.anchor, self.anchor_ns, self.uncertainty_ns = best[0], best[1], best[2] - best[1]
+
+    def to_ns(self, event: Any) -> int:
+        """The host realtime (ns) at which ``event`` completed on the device."""
+        return self.anchor_ns + int(round(self.anchor.elapsed_time(event) * 1e6))
+
+
+class DeviceTimer:
+    """Per-op start/end events and their resolution (see the module docstring).
+
+    ``emit(record)`` receives each record once its device times are known (or given up
+    on). ``start()`` and ``end()`` are called from the training thread; :meth:`resolve`
+    runs in the resolver thread started by :meth:`start_thread`.
+    """
+
+    def __init__(
+        self,
+        emit: Callable[[dict[str, Any]], None],
+        clock: DeviceClock,
+        *,
+        max_pending: int = 8192,
+        anchor_every_s: float = 2.0,
+        poll_s: float = 0.05,
+    ) -> None:
+        self.emit = emit
+        self.clock = clock
+        self.cuda = clock.cuda
+        self.max_pending = max_pending
+        self.anchor_every_s = anchor_every_s
+        self.poll_s = poll_s
+        self.resolved = 0
+        self.unresolved = 0
+        """Records emitted with host times only (no end event, or over ``max_pending``)."""
+        self._starts: dict[int, Any] = {}
+        self._pending: collections.deque[tuple[dict[str, Any], Any, Any]] = collections.deque()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_anchor = time.monotonic()
+
+    # ------------------------------------------------------------------ training thread
+    def start(self, rec: dict[str, Any]) -> None:
+        """Record ``rec``'s start event on the current stream (before the call)."""
+        ev = self.cuda.Event(enable_timing=True)
+        ev.record()
+        self._starts[id(rec)] = ev
+        if len(self._starts) > self.max_pending:  # never ended: forget the oldest
+            self._starts.pop(next(iter(self._starts)))
+
+    def has_start(self, rec: dict[str, Any]) -> bool:
+        """Whether ``rec`` has a start event waiting for its end."""
+        return id(rec) in self._starts
+
+    def end(self, rec: dict[str, Any]) -> bool:
+        """Record ``rec``'s end event (after the wait) and queue it for resolution;
+        False if it has no start event (then the caller emits it as it is)."""
+        start = self._starts.pop(id(rec), None)
+        if start is None:
+            return False
+        ev = self.cuda.Event(enable_timing=True)
+        ev.record()
+        old = None
+        with self._lock:
+            if len(self._pending) >= self.max_pending:
+                old, _, _ = self._pending.popleft()
+            self._pending.append((rec, start, ev))
+        if old is not None:
+            self.unresolved += 1
+            self.emit(old)
+        return True
+
+    # ------------------------------------------------------------------ resolver thread
+    def resolve(self) -> int:
+        """Emit the records whose end events completed, in order; returns how many."""
+        n = 0
+        pending = self._pending
+        while pending:
+            with self._lock:
+                if not pending or not pending[0][2].query():
+                    break
+                rec, start, end = pending.popleft()
+            try:
+                rec["start_ns"] = self.clock.to_ns(start)
+                rec["end_ns"] = self.clock.to_ns(end)
+                self.resolved += 1
+            except RuntimeError:  # an event from a stream that was destroyed
+                self.unresolved += 1
+            self.emit(rec)
+            n += 1
+        return n
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.resolve()
+                if time.monotonic() - self._last_anchor >= self.anchor_every_s:
+                    self.clock.renew()
+                    self._last_anchor = time.monotonic()
+            except Exception:  # never let timing stop the resolver
+                self.unresolved += 1
+
+    def start_thread(self) -> None:
+        """Start the resolver thread (daemon)."""
+        self._thread = threading.Thread(target=self._run, name="ranksight-cuda", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Resolve what completes within ``timeout_s``, emit the rest with host times."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while self._pending and time.monotonic() < deadline:
+            if not self.resolve():
+                time.sleep(0.01)
+        with self._lock:
+            left, self._pending = list(self._pending), collections.deque()
+        for rec, _, _ in left:
+            self.unresolved += 1
+            self.emit(rec)
