@@ -1,0 +1,206 @@
+"""Device-timing precision and NCCL completeness of the hooks, on a GPU machine.
+
+Worker (under torchrun, NCCL, one GPU per rank): a bf16 MLP trained with DDP-style
+gradient all_reduces (synchronous and async), a functional all_reduce, an all_gather and
+a barrier each step; from step 3 rank 1 arrives late on the device (``torch.cuda._sleep``
+before its collectives), so arrival skew is real. The hooks run at the default level
+(CUDA events on); steps ``--profile-from`` .. ``+5`` run under the PyTorch profiler
+(Kineto/CUPTI). At the end each rank writes its profiler trace, a Flight Recorder dump
+(``_dump_nccl_trace``) and the hooks' per-group collective counts to ``--out``.
+
+    torchrun --nproc-per-node 2 bench/gpu_precision.py worker --out OUT --spool SPOOL
+
+Compare (here, after fetching OUT): per collective the hooks' device start and duration
+against the NCCL kernel's in the profiler trace, matched in order per rank; and the hooks'
+count per process group against the Flight Recorder's.
+
+    python bench/gpu_precision.py compare --out OUT --spool SPOOL
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import pickle
+import statistics
+import sys
+import time
+
+NCCL_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier", "all_to_all")
+
+
+def worker(a: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    from torch.profiler import ProfilerActivity, profile
+
+    from ranksight import trainer_hooks
+
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    dev = torch.device("cuda")
+    hooks = trainer_hooks.attach(
+        mesh={"dp": rank, "tp": 0, "pp": 0},
+        mesh_shape={"dp": world, "tp": 1, "pp": 1},
+        spool_dir=a.spool,
+        run_id="gpu-precision",
+    )
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(4096, 4096, device=dev, dtype=torch.bfloat16) for _ in range(8)]
+    model = torch.nn.Sequential(*layers)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(64, 4096, device=dev, dtype=torch.bfloat16)
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    for step in range(a.steps):
+        if step == a.profile_from:
+            prof.__enter__()
+        with hooks.step(step):
+            with hooks.phase("forward"):
+                loss = model(x).float().pow(2).mean()
+            with hooks.phase("backward"):
+                loss.backward()
+            with hooks.phase("optimizer"):
+                if step >= 3 and rank == 1:
+                    torch.cuda._sleep(2_000_000)  # ~1 ms late on the device
+                grads = [p.grad for p in model.parameters()]
+                for g in grads[:4]:
+                    dist.all_reduce(g)  # synchronous
+                works = [dist.all_reduce(g, async_op=True) for g in grads[4:]]
+                for w in works:
+                    w.wait()
+                y = funcol.all_reduce(grads[0][:1024], "sum", dist.group.WORLD)
+                y.wait()
+                out = [torch.empty(1024, device=dev, dtype=torch.bfloat16) for _ in range(world)]
+                dist.all_gather(out, grads[1][0, :1024].contiguous())
+                opt.step()
+                opt.zero_grad()
+            dist.barrier()
+        if step == a.profile_from + 5:
+            torch.cuda.synchronize()
+            prof.__exit__(None, None, None)
+            prof.export_chrome_trace(os.path.join(a.out, f"trace-rank{rank}.json"))
+    torch.cuda.synchronize()
+    counts = dict(hooks._log._seq)
+    device = hooks._device
+    stats = {
+        "hooks_per_group": {f"{k[0]}|{k[1]}|{k[2]}": v for k, v in counts.items()},
+        "group_ranks": {gid: e[0] for (gid, _, _), e in hooks._log.progress.items()},
+        "resolved": device.resolved if device else None,
+        "anchor_uncertainty_ns": device.clock.uncertainty_ns if device else None,
+    }
+    hooks.close()
+    stats["resolved_at_close"] = device.resolved if device else None
+    stats["unresolved"] = device.unresolved if device else None
+    try:
+        dump = torch._C._distributed_c10d._dump_nccl_trace()
+        with open(os.path.join(a.out, f"fr-rank{rank}.pkl"), "wb") as f:
+            f.write(dump)
+    except Exception as e:  # noqa: BLE001
+        stats["fr_error"] = f"{type(e).__name__}: {e}"
+    with open(os.path.join(a.out, f"counts-rank{rank}.json"), "w") as f:
+        json.dump(stats, f)
+    dist.destroy_process_group()
+
+
+def _kernels(path: str) -> tuple[list[dict], int]:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        doc = json.load(f)
+    base = int(doc.get("baseTimeNanoseconds", 0))
+    ks = [
+        e
+        for e in doc["traceEvents"]
+        if e.get("cat") == "kernel" and "nccl" in e.get("name", "").lower()
+    ]
+    ks.sort(key=lambda e: e["ts"])
+    return ks, base
+
+
+def _pct(v: list[float], q: float) -> float:
+    v = sorted(v)
+    return v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
+
+
+def compare(a: argparse.Namespace) -> None:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from ranksight.agent import SpoolTailer
+
+    frames = SpoolTailer(a.spool).read().frames()
+    coll = frames["collectives"]
+    print(f"records: {len(coll)} collectives")
+    errs_start, errs_dur, raw_start = [], [], []
+    for rank in sorted(coll["rank"].unique()):
+        path = os.path.join(a.out, f"trace-rank{rank}.json")
+        if not os.path.exists(path):
+            continue
+        ks, base = _kernels(path)
+        if not ks:
+            continue
+        k0 = base + int(ks[0]["ts"] * 1000)
+        k1 = base + int((ks[-1]["ts"] + ks[-1]["dur"]) * 1000)
+        mine = coll[(coll["rank"] == rank) & coll["op"].isin(NCCL_OPS) & (coll["end_ns"] > 0)]
+        mine = mine.sort_values("start_ns")
+        # the records whose device start falls in the profiled window (+-2 ms)
+        win = mine[(mine["start_ns"] >= k0 - 2_000_000) & (mine["start_ns"] <= k1 + 2_000_000)]
+        n = min(len(win), len(ks))
+        print(f"rank {rank}: {len(ks)} NCCL kernels in the window, {len(win)} records")
+        for (_, r), k in zip(win.head(n).iterrows(), ks[:n], strict=True):
+            ks_ns = base + int(k["ts"] * 1000)
+            kd_ns = int(k["dur"] * 1000)
+            raw_start.append((r["start_ns"] - ks_ns) / 1e3)
+            errs_dur.append(((r["end_ns"] - r["start_ns"]) - kd_ns) / 1e3)
+    if raw_start:
+        off = statistics.median(raw_start)
+        errs_start = [abs(x - off) for x in raw_start]
+        print(
+            f"start (hooks - kernel), us: median {statistics.median(raw_start):.1f}, "
+            f"|error| after removing the median offset: median {statistics.median(errs_start):.1f}, "
+            f"p99 {_pct(errs_start, 0.99):.1f} (n={len(raw_start)})"
+        )
+        absd = [abs(x) for x in errs_dur]
+        print(
+            f"duration (hooks - kernel), us: median {statistics.median(errs_dur):.1f}, "
+            f"|error| median {statistics.median(absd):.1f}, p99 {_pct(absd, 0.99):.1f}"
+        )
+    for rank in (0, 1):
+        cpath = os.path.join(a.out, f"counts-rank{rank}.json")
+        fpath = os.path.join(a.out, f"fr-rank{rank}.pkl")
+        if not (os.path.exists(cpath) and os.path.exists(fpath)):
+            continue
+        stats = json.load(open(cpath))
+        fr = pickle.loads(open(fpath, "rb").read())
+        entries = fr.get("entries", [])
+        by_pg: dict[str, int] = {}
+        for e in entries:
+            pg = e.get("process_group", ("?", "?"))
+            key = str(pg[1] if isinstance(pg, (list, tuple)) else pg)
+            by_pg[key] = by_pg.get(key, 0) + 1
+        hooks_total = sum(v for k, v in stats["hooks_per_group"].items() if k.split("|")[1] == "")
+        print(
+            f"rank {rank}: hooks {hooks_total} collectives in "
+            f"{len(stats['hooks_per_group'])} groups; Flight Recorder {len(entries)} entries "
+            f"{by_pg}; resolved {stats.get('resolved_at_close')}, unresolved "
+            f"{stats.get('unresolved')}, anchor uncertainty {stats.get('anchor_uncertainty_ns')} ns"
+        )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("mode", choices=("worker", "compare"))
+    p.add_argument("--out", required=True)
+    p.add_argument("--spool", required=True)
+    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--profile-from", type=int, default=6)
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    t0 = time.time()
+    (worker if a.mode == "worker" else compare)(a)
+    print(f"{a.mode} took {time.time() - t0:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
