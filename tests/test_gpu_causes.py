@@ -178,3 +178,27 @@ def test_low_clock_without_a_reason_is_not_throttle():
     tables = GpuTables(hot, pd.DataFrame(), pd.DataFrame(), tables.gpus)
     assert gpu_cause(0, [1, 2], tables, job, "r", 0)[0] == "gpu_throttle"
     assert gpu_cause(0, [1, 2], tables, job, "r", 0, GpuCauseConfig(min_share=0.9))[0] is None
+
+
+def test_a_rank_without_a_gpu_uuid_is_found_through_its_process(store, recording):
+    """Ranks that recorded no GPU UUID (device "cpu" or "cuda:N") are mapped to the GPU
+    ``gpu_procs`` saw their process on (RANK_GPUS), on both stores."""
+    from ranksight.analyzer.gpu_causes import fetch_gpu_tables
+
+    run_id = slow_run(store, recording, throttle=True)
+    data = load_run(store, run_id)
+    uuids = dict(zip(data.ranks["rank"], data.ranks["device"], strict=True))
+    blind = data.ranks.assign(device="cuda:0")
+    t0, t1 = int(data.steps["start_ns"].min()), int(data.steps["end_ns"].max())
+    tables = fetch_gpu_tables(
+        store.query,  # errors surface here (load_run's loader reads old stores as empty)
+        {"run_id": run_id, "attempt": 0},
+        blind,
+        [SLOW, 0, 1, 4],
+        t0,
+        t1,
+    )
+    assert tables.gpus == {r: uuids[r] for r in (SLOW, 0, 1, 4)}
+    assert set(tables.samples["gpu_uuid"]) == {uuids[r] for r in (SLOW, 0, 1, 4)}
+    job = data.ranks[["rank", "host", "pid"]]
+    assert gpu_cause(SLOW, [0, 1, 4], tables, job, run_id, 0)[0] == "gpu_throttle"
