@@ -111,6 +111,9 @@ class Agent:
         self._suspect: set[int] = set()
         self._backoff = 0.0
         self._schema_ready = False
+        self._schema_lock = threading.Lock()
+        self._stats_lock = threading.Lock()
+        self._sealed = threading.Event()  # wakes idle shippers
         self._started_ns = time.time_ns()
         self._last_stats = 0.0
         self.taps: list[Callable[[dict[str, pa.Table]], None]] = []
@@ -181,10 +184,10 @@ class Agent:
         for tap in self.taps:
             tap(parsed.tables)
         if parsed.count:
-            tables = {name: t.combine_chunks() for name, t in parsed.tables.items()}
             pending = self.tailer.pending()
-            self.buffer.seal(seq, tables, pending)
+            self.buffer.seal(seq, parsed.tables, pending)
             self.tailer.commit(seq)
+            self._sealed.set()
             for path in pending:
                 self._last_batch[path] = seq
         else:  # only offsets moved (rejected lines, headers)
@@ -272,18 +275,19 @@ class Agent:
         }
 
     # ------------------------------------------------------------------ ship side
-    def ship_once(self) -> int:
-        """Send the oldest buffered batch; returns rows inserted or found stored (0 if the
-        buffer is empty or the store failed)."""
+    def ship_once(self, store: Store | None = None) -> int:
+        """Send the oldest buffered batch no other shipper holds, through ``store`` (default
+        :attr:`store`; another connection to it for a second shipper thread); returns rows
+        inserted or found stored (0 if there is none or the store failed)."""
         seq = self.buffer.take_oldest(self._committed)
         if seq is None:
             return 0
         try:
-            return self._ship(seq)
+            return self._ship(seq, store or self.store)
         finally:
-            self.buffer.in_flight = None
+            self.buffer.release(seq)
 
-    def _ship(self, seq: int) -> int:
+    def _ship(self, seq: int, store: Store) -> int:
         """Deliver batch ``seq`` and delete it; on a store error count it and back off."""
         try:
             batch = self.buffer.load(seq)
@@ -295,22 +299,26 @@ class Agent:
         if not batch.attempted:
             self.buffer.mark_attempted(seq)
         try:
-            if not self._schema_ready:  # the store may have been down when the agent started
-                self.store.init_schema()
-                self._schema_ready = True
-            done = deliver(self.store, batch, verify=verify, settle_s=self.config.settle_s)
+            with self._schema_lock:
+                if not self._schema_ready:  # the store may have been down at start
+                    self.store.init_schema()
+                    self._schema_ready = True
+            done = deliver(store, batch, verify=verify, settle_s=self.config.settle_s)
         except StoreError as exc:
-            self._suspect.add(seq)
-            self.stats.store_errors += 1
-            self.stats.last_error = str(exc)
-            self._backoff = min(self.config.retry_max_s, max(self._backoff * 2, self.interval_s))
+            with self._stats_lock:
+                self._suspect.add(seq)
+                self.stats.store_errors += 1
+                self.stats.last_error = str(exc)
+                backoff = max(self._backoff * 2, self.interval_s)
+                self._backoff = min(self.config.retry_max_s, backoff)
             log.warning("store insert failed, retrying in %.1f s: %s", self._backoff, exc)
             return 0
-        self._backoff = 0.0
-        self._suspect.discard(seq)
         self.buffer.remove(seq)
-        self.stats.shipped += done.inserted
-        self.stats.already_stored += done.already_stored
+        with self._stats_lock:
+            self._backoff = 0.0
+            self._suspect.discard(seq)
+            self.stats.shipped += done.inserted
+            self.stats.already_stored += done.already_stored
         if done.already_stored:
             log.info("batch %d: %d rows were already stored", seq, done.already_stored)
         return done.inserted + done.already_stored
@@ -341,27 +349,41 @@ class Agent:
         return total
 
     def run(self, stop: threading.Event) -> None:
-        """Read and ship in two threads until ``stop`` is set; then read once more and
-        keep shipping for up to ``drain_timeout_s`` (the rest stays buffered on disk)."""
-        shipper = threading.Thread(target=self._ship_loop, args=(stop,), name="ranksight-ship")
-        shipper.start()
+        """Read in this thread and ship in ``config.shippers`` threads (each with its own
+        store connection) until ``stop`` is set; then read once more and keep shipping for
+        up to ``drain_timeout_s`` (the rest stays buffered on disk)."""
+        stores = [self.store] + [self.store.copy() for _ in range(self.config.shippers - 1)]
+        shippers = [
+            threading.Thread(target=self._ship_loop, args=(stop, s), name=f"ranksight-ship{i}")
+            for i, s in enumerate(stores)
+        ]
+        for shipper in shippers:
+            shipper.start()
         while not stop.is_set():
             t0 = time.monotonic()
             self._guard(self.read_once)
             self._refresh()
             stop.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
         self._guard(self.read_once)
-        shipper.join()
+        for shipper in shippers:
+            shipper.join()
+        for extra in stores[1:]:
+            extra.close()
         deadline = time.monotonic() + self.config.drain_timeout_s
         while time.monotonic() < deadline and self._guard(self.ship_once):
             pass
         self._refresh()
 
-    def _ship_loop(self, stop: threading.Event) -> None:
-        """Ship until ``stop``; wait ``interval_s`` when idle, the backoff after errors."""
+    def _ship_loop(self, stop: threading.Event, store: Store) -> None:
+        """Ship through ``store`` until ``stop``; when idle wait for the next sealed batch
+        (at most ``interval_s``), after errors the backoff."""
         while not stop.is_set():
-            if self._guard(self.ship_once) == 0:
-                stop.wait(self._backoff or min(self.interval_s, 0.25))
+            if self._guard(lambda: self.ship_once(store)) == 0:
+                if self._backoff:
+                    stop.wait(self._backoff)
+                else:
+                    self._sealed.wait(min(self.interval_s, 0.25))
+                    self._sealed.clear()
 
     def _guard(self, step) -> int:
         """Run one loop step; log (never raise) unexpected errors so the agent stays up."""

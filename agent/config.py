@@ -35,6 +35,9 @@ class AgentConfig:
     """One of :data:`DROP_POLICIES`."""
     fsync: bool = True
     """fsync each batch and offsets file (survives a machine crash, not only the agent's)."""
+    shippers: int = 2
+    """Threads sending batches at once, each with its own store connection: one batch's
+    client-side encoding overlaps another's insert in the server (oldest batches first)."""
     retry_max_s: float = 10.0
     """Longest wait between retries of a failed insert (backoff doubles from interval_s)."""
     settle_s: float = 60.0
@@ -53,6 +56,8 @@ class AgentConfig:
             raise ValueError(f"interval_s must be > 0, got {self.interval_s}")
         if not 1 <= self.batch_rows <= MAX_ATOMIC_ROWS:
             raise ValueError(f"batch_rows must be in 1..{MAX_ATOMIC_ROWS}, got {self.batch_rows}")
+        if not 1 <= self.shippers <= 16:
+            raise ValueError(f"shippers must be in 1..16, got {self.shippers}")
         if self.read_bytes < 1 << 16:
             raise ValueError(f"read_bytes must be >= 65536, got {self.read_bytes}")
         if self.buffer_bytes < 1 << 16:

@@ -1,14 +1,18 @@
 """Agent ingest throughput against the store's own ceiling, measured side by side.
 
-1. Writes a spool of ``--records`` records the way the hooks do (compact JSON lines, one
-   file per rank, a header line first): 80% collectives, 15% phases, 5% steps.
+1. Writes a spool of ``--records`` records the way the hooks do: one binary segment per
+   rank (``trainer_hooks/spool_format.py``: a header frame, then the writer's encoding of
+   each flush of ``--frame-records`` records, an end frame): 80% collectives, 15% phases,
+   5% steps. The same records as JSON lines (the format older hooks wrote) for comparison.
 2. Ceiling: the ClickHouse server inserts the same number of rows of the same tables,
    generated inside it (``INSERT INTO t SELECT ... FROM numbers(n)``), no client involved.
    chdb's own ceiling is measured the same way (``INSERT INTO FUNCTION file(..., Parquet)``).
 3. The agent: a child process runs ``Agent(spool, store).run`` (reader and shipper
    threads, as in production: parse, validate, disk buffer with fsync, idempotent
-   insert) until the whole spool is stored, once into the server and once into a chdb
-   folder; records/s, CPU% (user+sys over wall, all threads) and peak RSS of that process.
+   insert) until the whole spool is stored, into the server and into a chdb folder (the
+   binary spool), and into the server again from the JSON spool; records/s, CPU%
+   (user+sys over wall, all threads) and peak RSS of that process. The spool is kept
+   (``keep_spool``) so that each run reads the same files.
 
 Prints records/s and the ratio agent / server ceiling (the target is >= 0.5, and >= 1 M
 records/s where the ceiling allows). Run (needs ``clickhouse-server``)::
@@ -40,7 +44,7 @@ from ranksight.store import open_store
 store = open_store(sys.argv[2]); store.init_schema()
 total = int(sys.argv[4])
 cfg = AgentConfig(batch_rows=int(sys.argv[3]), stats_interval_s=0, buffer_bytes=8 << 30,
-                  interval_s=0.2)
+                  interval_s=0.2, keep_spool=True)
 agent = Agent(sys.argv[1], store, config=cfg)
 stop = threading.Event()
 r0, w0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
@@ -80,18 +84,30 @@ def records(rank: int, n: int, rng: random.Random):
                    "rss_bytes": 1 << 30}  # fmt: skip
 
 
-def write_spool(folder: Path, total: int, ranks: int) -> int:
-    """The spool of ``total`` records over ``ranks`` files; returns its size in bytes."""
+def write_spool(folder: Path, total: int, ranks: int, frame_records: int, fmt: str) -> int:
+    """The spool of ``total`` records over ``ranks`` files in format ``fmt`` (``binary``:
+    the hooks' segments; ``json``: JSON lines); returns its size in bytes."""
+    from ranksight.trainer_hooks import spool_format as sf
+
     size = 0
     for rank in range(ranks):
-        path = folder / "bench" / "a0" / f"rank{rank:05d}-{1000 + rank}.jsonl"
+        header = {"run_id": "bench", "attempt": 0, "rank": rank}
+        recs = list(records(rank, total // ranks, random.Random(rank)))
+        if fmt == "binary":
+            path = folder / "bench" / "a0" / f"rank{rank:05d}-{1000 + rank}-0000.spool"
+            chunks = [sf.header_frame(header)]
+            chunks += [
+                sf.encode(recs[i : i + frame_records]) for i in range(0, len(recs), frame_records)
+            ]
+            data = b"".join(chunks) + sf.end_frame(len(recs))
+        else:
+            path = folder / "bench" / "a0" / f"rank{rank:05d}-{1000 + rank}.jsonl"
+            lines = [json.dumps({"t": "_header", **header})]
+            lines += [json.dumps(r, separators=(",", ":")) for r in recs]
+            data = ("\n".join(lines) + "\n").encode()
         path.parent.mkdir(parents=True, exist_ok=True)
-        header = {"t": "_header", "run_id": "bench", "attempt": 0, "rank": rank}
-        lines = [json.dumps(header)]
-        rng = random.Random(rank)
-        lines += [json.dumps(r, separators=(",", ":")) for r in records(rank, total // ranks, rng)]
-        path.write_text("\n".join(lines) + "\n")
-        size += path.stat().st_size
+        path.write_bytes(data)
+        size += len(data)
     return size
 
 
@@ -156,37 +172,32 @@ def run_agent(spool: Path, url: str, batch_rows: int, total: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def cpu_breakdown(work: Path, url: str, records: int = 200_000) -> dict[str, float]:
-    """CPU µs per record of each stage, one thread after the other, on a fresh spool of
-    ``records``: Arrow's JSON decoding alone, reading + validating + sealing (which
-    includes the decoding), and shipping into ``url``."""
-    import io
-
-    import pyarrow.json as pj
-
+def cpu_breakdown(work: Path, url: str, frame_records: int, records: int = 200_000) -> dict:
+    """CPU µs per record of each stage, one thread after the other, on a fresh binary spool
+    of ``records``: reading, decoding and validating the frames; sealing into the disk
+    buffer (lz4 Arrow, fsync); shipping into ``url``."""
     from ranksight.agent import Agent, AgentConfig
-    from ranksight.agent.parse import _PARSE
 
     spool = work / "breakdown"
-    write_spool(spool, records, 1)
-    data = next(spool.glob("*/a0/*.jsonl")).read_bytes()
-    body = data[data.index(b"\n") + 1 :]
-    c0 = time.process_time()
-    pj.read_json(io.BytesIO(body), parse_options=_PARSE)
-    decode = time.process_time() - c0
+    write_spool(spool, records, 1, frame_records, "binary")
     store = open_store(url)
     store.init_schema()
-    agent = Agent(str(spool), store, config=AgentConfig(batch_rows=200_000, stats_interval_s=0))
+    cfg = AgentConfig(batch_rows=200_000, stats_interval_s=0, keep_spool=True)
+    agent = Agent(str(spool), store, config=cfg)
     c0 = time.process_time()
-    agent.read_once()
+    parsed = agent.tailer.read(200_000)
     read = time.process_time() - c0
+    assert parsed.count == records and not parsed.rejected, (parsed.count, parsed.rejected[:3])
+    c0 = time.process_time()
+    agent._seal(parsed)
+    seal = time.process_time() - c0
     c0 = time.process_time()
     while agent.ship_once():
         pass
     ship = time.process_time() - c0
     agent.close()
     per = 1e6 / records
-    return {"json decode": decode * per, "read+validate+seal": read * per, "ship": ship * per}
+    return {"read+decode+validate": read * per, "seal": seal * per, "ship": ship * per}
 
 
 def main() -> None:
@@ -194,34 +205,61 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--batch-rows", type=int, default=200_000)
+    parser.add_argument(
+        "--frame-records", type=int, default=2_500,
+        help="records per writer flush (a rank writing 10,000 records/s, flushing every 0.25 s)",
+    )  # fmt: skip
+    parser.add_argument("--no-json", action="store_true", help="skip the JSON spool run")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ranksight-ingest-"))
-    size = write_spool(work / "spool", args.records, args.ranks)
+    size = write_spool(work / "spool", args.records, args.ranks, args.frame_records, "binary")
     total = args.records // args.ranks * args.ranks
-    print(f"spool: {total} records, {size / 1e6:.0f} MB JSON ({size / total:.0f} B/record)")
+    print(f"spool: {total} records, {size / 1e6:.0f} MB binary ({size / total:.0f} B/record)")
+    if not args.no_json:
+        json_size = write_spool(work / "json", args.records, args.ranks, 0, "json")
+        print(f"JSON spool: {json_size / 1e6:.0f} MB ({json_size / total:.0f} B/record)")
     server = start_local_server(work / "clickhouse")
     try:
         ceiling_store = open_store(f"clickhouse://127.0.0.1:{server.tcp_port}/ceiling")
         ceiling_store.init_schema()
         ceiling = server_ceiling(ceiling_store, total)
         url = f"clickhouse://127.0.0.1:{server.tcp_port}/agent"
-        to_server = run_agent(work / "spool", url, args.batch_rows, total)
-        to_chdb = run_agent(work / "spool", f"chdb://{work}/chdb", args.batch_rows, total)
-        breakdown = cpu_breakdown(work, f"clickhouse://127.0.0.1:{server.tcp_port}/breakdown")
+        runs = [
+            ("ClickHouse 18.16", "binary", run_agent(work / "spool", url, args.batch_rows, total))
+        ]
+        chdb_url = f"chdb://{work}/chdb"
+        runs.append(
+            ("chdb folder", "binary", run_agent(work / "spool", chdb_url, args.batch_rows, total))
+        )
+        if not args.no_json:
+            url_json = f"clickhouse://127.0.0.1:{server.tcp_port}/agent_json"
+            runs.append(
+                (
+                    "ClickHouse 18.16",
+                    "JSON lines",
+                    run_agent(work / "json", url_json, args.batch_rows, total),
+                )
+            )
+        ceiling_after = server_ceiling(ceiling_store, total)
+        breakdown = cpu_breakdown(
+            work, f"clickhouse://127.0.0.1:{server.tcp_port}/breakdown", args.frame_records
+        )
     finally:
         server.stop()
     chdb_own = chdb_ceiling(work, total)
-    print(f"server ceiling (INSERT ... SELECT inside 18.16): {ceiling:,.0f} rows/s")
+    print(f"server ceiling (INSERT ... SELECT inside 18.16): {ceiling:,.0f} rows/s before the "
+          f"agent runs, {ceiling_after:,.0f} after")  # fmt: skip
     print(f"chdb ceiling (INSERT INTO FUNCTION file Parquet): {chdb_own:,.0f} rows/s")
-    print("| destination | agent records/s | / server ceiling | CPU% | peak RSS MB |")
-    print("|---|---|---|---|---|")
-    for name, r in (("ClickHouse 18.16", to_server), ("chdb folder", to_chdb)):
+    print("| destination | spool | agent records/s | / server ceiling | CPU% | peak RSS MB |")
+    print("|---|---|---|---|---|---|")
+    for name, fmt, r in runs:
         assert r["rows"] == total and r["rejected"] == 0, r
         rate = r["rows"] / r["seconds"]
         print(
-            f"| {name} | {rate:,.0f} | {rate / ceiling:.2f} | {r['cpu_pct']:.0f} | {r['rss_mb']:.0f} |"
+            f"| {name} | {fmt} | {rate:,.0f} | {rate / ceiling:.2f} | {r['cpu_pct']:.0f} | "
+            f"{r['rss_mb']:.0f} |"
         )
-    print("CPU per record, one thread (into the server): " + ", ".join(
+    print("CPU per record, one thread (binary spool into the server): " + ", ".join(
         f"{k} {v:.2f} µs" for k, v in breakdown.items()))  # fmt: skip
     subprocess.run(["rm", "-rf", str(work)], check=False)
 

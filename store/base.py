@@ -154,6 +154,12 @@ class Store(abc.ABC):
             )
         return found
 
+    def copy(self) -> Store:
+        """A store for the same place with its own connection, for use from another thread
+        at the same time (this default: the store itself, for backends that need no
+        connection)."""
+        return self
+
     def close(self) -> None:  # noqa: B027 - optional for backends without resources
         """Release connections. Safe to call twice."""
 

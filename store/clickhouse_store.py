@@ -63,6 +63,11 @@ class ClickHouseStore(Store):
         connect_timeout: float = 3.0,
         query_timeout: float = 300.0,
     ) -> None:
+        self._params = dict(
+            host=host, port=port, database=database, user=user, password=password,
+            secure=secure, ca_certs=ca_certs, url=url, connect_timeout=connect_timeout,
+            query_timeout=query_timeout,
+        )  # fmt: skip
         self.host, self.port, self.database = host, port, check_identifier(database)
         self.url = url or f"clickhouse://{host}:{port}/{database}"
         options = dict(
@@ -91,6 +96,10 @@ class ClickHouseStore(Store):
         self._client = Client(host, database=database, **options)
         self._admin = Client(host, database="default", **options)  # before the db exists
         self._lock = threading.Lock()
+
+    def copy(self) -> ClickHouseStore:
+        """The same server and settings with new connections (see :meth:`Store.copy`)."""
+        return ClickHouseStore(**self._params)
 
     def ping(self) -> None:
         """Connect and run ``SELECT 1``. Raises StoreError "cannot reach ClickHouse at
