@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from ranksight.analyzer import Analysis, Finding
+from ranksight.analyzer.findings import NOT_FAULTS
 
 EXIT_CLEAN = 0
 """``ranksight report`` / ``demo`` exit code when no culprit was found."""
@@ -20,8 +21,17 @@ FORMATS = ("text", "json", "markdown")
 
 
 def exit_code(analysis: Analysis) -> int:
-    """:data:`EXIT_CULPRIT` if the analysis names anyone, else :data:`EXIT_CLEAN`."""
-    return EXIT_CULPRIT if analysis.findings else EXIT_CLEAN
+    """:data:`EXIT_CULPRIT` if the analysis names anyone, else :data:`EXIT_CLEAN`
+    (findings that are no fault, ``findings.NOT_FAULTS``, name no one)."""
+    faults = [f for f in analysis.findings if f.kind not in NOT_FAULTS]
+    return EXIT_CULPRIT if faults else EXIT_CLEAN
+
+
+def _who(f: Finding) -> str:
+    """``rank N``, or ``stage N`` for a finding about a pipeline stage (no rank)."""
+    return (
+        f"stage {f.pp}" if f.culprit_rank < 0 and f.kind in NOT_FAULTS else f"rank {f.culprit_rank}"
+    )
 
 
 def to_json(analysis: Analysis, run: dict | None = None) -> str:
@@ -75,7 +85,7 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
         return
     for i, f in enumerate(analysis.findings, 1):
         title = (
-            f"#{i} {f.kind}: rank {f.culprit_rank} — cause: {f.cause} "
+            f"#{i} {f.kind}: {_who(f)} — cause: {f.cause} "
             f"(confidence {f.confidence:.2f}, impact {f.impact_pct:.0f}%)"
         )
         console.print(Panel(f.summary, title=title, border_style="red"))
@@ -131,7 +141,7 @@ def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
         lines.append("**No culprit found.**")
     for i, f in enumerate(analysis.findings, 1):
         lines += [
-            f"## {i}. {f.kind}: rank {f.culprit_rank}, cause {f.cause}",
+            f"## {i}. {f.kind}: {_who(f)}, cause {f.cause}",
             "",
             f.summary,
             "",

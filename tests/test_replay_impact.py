@@ -9,6 +9,7 @@ import pytest
 
 from ranksight.analyzer import analyze, load_run
 from ranksight.analyzer.imbalance import ImbalanceConfig, find_imbalance
+from ranksight.report import EXIT_CLEAN, exit_code, to_markdown
 from ranksight.store import open_store
 from ranksight.synthetic import SynthConfig, write_synthetic
 
@@ -69,6 +70,9 @@ def test_slow_stage_by_design_is_pipeline_imbalance_not_a_straggler(chdb_store):
     assert 1.5 < f.evidence["ratio_to_other_stages"] < 1.7
     assert f.evidence["whatif"]["method"].startswith("replay")
     assert abs(f.impact_pct - true) < 2.5, (f.impact_pct, true)
+    # the report names the stage, and a run whose only finding is no fault exits clean
+    assert "## 1. pipeline_imbalance: stage 3, cause stage_imbalance" in to_markdown(analysis)
+    assert exit_code(analysis) == EXIT_CLEAN
 
 
 def test_imbalance_comes_after_a_fault_and_clean_runs_have_none(chdb_store):
