@@ -173,7 +173,7 @@ class DiskBuffer:
             tables = {}
             for name in manifest["rows"]:
                 if (path / f"{name}.parquet").exists():
-                    tables[name] = pq.read_table(str(path / f"{name}.parquet"))
+                    tables[name] = pq.ParquetFile(path / f"{name}.parquet").read()
                     continue
                 with pa.memory_map(str(path / f"{name}.arrow")) as source:
                     tables[name] = pa.ipc.open_file(source).read_all()

@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 
-from ranksight.store import chdb_engine, schema, segments
+from ranksight.store import schema, segments
 from ranksight.store.base import Store, StoreError
 from ranksight.store.frames import conform, frame_from_arrow, with_batch_id
 from ranksight.store.sql import bind, referenced_tables, rewrite_tables
@@ -120,12 +121,53 @@ class ChdbStore(Store):
         text = rewrite_tables(text, self._source)
         if not self.folder.is_dir():
             raise StoreError(f"{self.url}: no store here; run init_schema first")
+        from ranksight.store import chdb_engine  # ~200 MB: loaded by the first query only
+
         try:
             with segments.read_lock(self.folder, used):
                 data = chdb_engine.run(text)
         except (chdb_engine.EngineError, OSError) as exc:
             raise StoreError(f"{self.url}: query failed: {exc}") from None
         return frame_from_arrow(data)
+
+    def schema_version(self) -> int:
+        """The highest version in the ``schema_version`` segments (0 if none), read with
+        pyarrow: writers (the node agent) never load the chdb engine. Raises StoreError if
+        the store cannot be read."""
+        versions = self._column("schema_version", "version")
+        return max((int(v) for v in versions), default=0)
+
+    def stored_batches(self, table: str, batch_ids: Sequence[int]) -> dict[int, int]:
+        """Rows per batch id of ``batch_ids`` in ``table`` (ids with none left out), from
+        the segments' ``batch_id`` columns with pyarrow (see :meth:`schema_version`)."""
+        import numpy as np
+
+        wanted = np.array(sorted({int(i) for i in batch_ids}), dtype=np.uint64)
+        found: dict[int, int] = {}
+        for values in self._column(schema.table(table).name, "batch_id", chunks=True):
+            hits = values[np.isin(values, wanted)]
+            for batch_id, n in zip(*np.unique(hits, return_counts=True), strict=True):
+                found[int(batch_id)] = found.get(int(batch_id), 0) + int(n)
+        return found
+
+    def _column(self, table: str, column: str, chunks: bool = False) -> list:
+        """Every value of ``column`` in ``table``'s segments (segments without the column
+        have none); with ``chunks``, one numpy array per segment. Raises StoreError."""
+        folder = self.folder / table
+        if not folder.is_dir():
+            raise StoreError(f"{self.url}: no table {table!r} here; run init_schema first")
+        out: list = []
+        try:
+            with segments.read_lock(self.folder, [table]):
+                for path in segments.segments(folder):
+                    segment = pq.ParquetFile(path)  # not pq.read_table: no pyarrow.dataset
+                    if column not in segment.schema_arrow.names:
+                        continue
+                    values = segment.read(columns=[column]).column(0).to_numpy()
+                    out.append(values) if chunks else out.extend(values.tolist())
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{self.url}: cannot read {table}: {exc}") from None
+        return out
 
     def compact(self, table: str) -> int:
         """Merge ``table``'s segments into one, sorted by its ``ORDER BY`` key; returns how

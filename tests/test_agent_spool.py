@@ -165,3 +165,29 @@ def test_the_writer_budget_counts_only_segments_still_on_disk(tmp_path) -> None:
     on_disk = sum(p.stat().st_size for p in spool.glob("run-x/a2/*.spool"))
     assert on_disk <= 64 << 10
     writer.close()
+
+
+def test_the_agent_on_a_chdb_store_never_loads_the_chdb_engine(tmp_path) -> None:
+    """Writing needs pyarrow only (schema version, retried-batch checks included): the
+    engine (~200 MB resident) stays out of the node agent."""
+    spool = tmp_path / "spool"
+    segment(spool, [sf.encode([step(i) for i in range(5)]), sf.end_frame(5)])
+    code = f"""
+import sys
+from ranksight.agent import Agent, AgentConfig
+from ranksight.store import open_store
+store = open_store({str(tmp_path / "store")!r})
+store.init_schema()
+agent = Agent({str(spool)!r}, store, config=AgentConfig(stats_interval_s=0))
+agent.read_once()
+seq = agent.buffer.seqs()[0]
+agent.buffer.mark_attempted(seq)  # as if an earlier insert may have landed: checked first
+assert agent.drain() == 5 and agent.ship_once() == 0
+assert store.stored_batches("steps", [1, 2]) == {{}} and store.schema_version() > 0
+print("chdb" in sys.modules, "torch" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "False"]
+    got = open_store(str(tmp_path / "store")).query("SELECT count() AS n FROM steps")
+    assert got["n"].tolist() == [5]
