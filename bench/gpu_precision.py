@@ -75,7 +75,7 @@ def worker(a: argparse.Namespace) -> None:
                 y = funcol.all_reduce(grads[0][:1024], "sum", dist.group.WORLD)
                 y.wait()
                 out = [torch.empty(1024, device=dev, dtype=torch.bfloat16) for _ in range(world)]
-                dist.all_gather(out, grads[1][0, :1024].contiguous())
+                dist.all_gather(out, grads[0][0, :1024].contiguous())
                 opt.step()
                 opt.zero_grad()
             dist.barrier()

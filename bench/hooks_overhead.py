@@ -23,11 +23,15 @@ import sys
 import tempfile
 import time
 
+VARIANTS = {"default-nodevice": ("default", {"RANKSIGHT_DEVICE_TIMING": "0"})}
+"""Extra level names: a hook level run with some environment (e.g. CUDA-event timing off)."""
+
 
 def run_trainer(level: str, a: argparse.Namespace, workdir: str) -> dict[str, list[float]]:
     """One torchrun of the trainer; returns step seconds per rank."""
     summary = os.path.join(workdir, f"summary-{level}-{time.time_ns()}.json")
-    env = {**os.environ, "RANKSIGHT_HOME": workdir, "OMP_NUM_THREADS": "1"}
+    level, extra_env = VARIANTS.get(level, (level, {}))
+    env = {**os.environ, "RANKSIGHT_HOME": workdir, "OMP_NUM_THREADS": "1", **extra_env}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={a.nproc}", "-m", "ranksight.reference_trainer.train",
            "--dp", str(a.dp), "--tp", str(a.tp), "--pp", str(a.pp), "--device", a.device,
@@ -50,12 +54,18 @@ def main() -> None:
     p.add_argument("--tp", type=int, default=2)
     p.add_argument("--pp", type=int, default=2)
     p.add_argument("--extra", default="", help="more trainer flags, one string")
+    p.add_argument(
+        "--levels",
+        default="off,default,detailed",
+        help="comma-separated: off, default, detailed, default-nodevice (no CUDA events)",
+    )
     a = p.parse_args()
-    levels = ("off", "default", "detailed")
+    levels = tuple(a.levels.split(","))
     times: dict[str, list[float]] = {level: [] for level in levels}
     with tempfile.TemporaryDirectory() as work:
         for i in range(a.pairs):
-            for level in levels[i % 3 :] + levels[: i % 3]:  # rotate the order each round
+            k = i % len(levels)
+            for level in levels[k:] + levels[:k]:  # rotate the order each round
                 by_rank = run_trainer(level, a, work)
                 for secs in by_rank.values():
                     times[level] += secs[a.warmup :]

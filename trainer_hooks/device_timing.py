@@ -87,7 +87,7 @@ class DeviceTimer:
         *,
         max_pending: int = 8192,
         anchor_every_s: float = 2.0,
-        poll_s: float = 0.05,
+        poll_s: float = 0.2,
     ) -> None:
         self.emit = emit
         self.clock = clock
@@ -101,14 +101,22 @@ class DeviceTimer:
         self._starts: dict[int, Any] = {}
         self._pending: collections.deque[tuple[dict[str, Any], Any, Any]] = collections.deque()
         self._lock = threading.Lock()
+        self._free: collections.deque[Any] = collections.deque()
+        """Events whose times were read: reused (creating one costs more than recording)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_anchor = time.monotonic()
 
     # ------------------------------------------------------------------ training thread
+    def _event(self) -> Any:
+        try:
+            return self._free.pop()
+        except IndexError:
+            return self.cuda.Event(enable_timing=True)
+
     def start(self, rec: dict[str, Any]) -> None:
         """Record ``rec``'s start event on the current stream (before the call)."""
-        ev = self.cuda.Event(enable_timing=True)
+        ev = self._event()
         ev.record()
         self._starts[id(rec)] = ev
         if len(self._starts) > self.max_pending:  # never ended: forget the oldest
@@ -124,7 +132,7 @@ class DeviceTimer:
         start = self._starts.pop(id(rec), None)
         if start is None:
             return False
-        ev = self.cuda.Event(enable_timing=True)
+        ev = self._event()
         ev.record()
         old = None
         with self._lock:
@@ -150,6 +158,9 @@ class DeviceTimer:
                 rec["start_ns"] = self.clock.to_ns(start)
                 rec["end_ns"] = self.clock.to_ns(end)
                 self.resolved += 1
+                if len(self._free) < 2 * self.max_pending:
+                    self._free.append(start)  # both completed: safe to record again
+                    self._free.append(end)
             except RuntimeError:  # an event from a stream that was destroyed
                 self.unresolved += 1
             self.emit(rec)
