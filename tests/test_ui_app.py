@@ -120,6 +120,13 @@ def test_heatmap_draws_every_rank_and_step_with_the_stored_numbers(monkeypatch, 
     assert stored.culprit in marked and marked == culprits  # rows are ranks in rank order
 
 
+def test_the_loading_placeholder_goes_once_the_page_is_drawn(monkeypatch, stored):
+    for name, key in (("overview", "overview_chart"), ("heatmap", "heatmap_chart")):
+        at = page(monkeypatch, stored.store, page=name, run=stored.run_id)
+        keys = chart_keys(at)
+        assert len(keys) == 1 and key in keys[0], keys
+
+
 def test_heatmap_selection_links_to_the_timeline(monkeypatch, stored):
     at = page(
         monkeypatch, stored.store, page="heatmap", run=stored.run_id, rank=stored.culprit, step=7
@@ -293,9 +300,14 @@ def test_empty_store_unknown_run_and_run_without_data_get_a_message(monkeypatch,
         assert "has no" in texts(at) and "records yet" in texts(at), name
 
 
+def chart_keys(at: AppTest) -> list[str]:
+    return [str(getattr(el, "key", None) or el.proto.id) for el in at.get("plotly_chart")]
+
+
 def test_store_down_and_bad_url_parameters_get_a_message(monkeypatch, tmp_path):
     at = page(monkeypatch, "clickhouse://127.0.0.1:1/ranksight", page="overview", run="x")
     assert any("The store is unavailable" in e.value and "127.0.0.1:1" in e.value for e in at.error)
+    assert chart_keys(at) == []  # the loading placeholder went with the error
     at = page(monkeypatch, str(tmp_path / "s"), page="nowhere", step="-3")
     problems = [w.value for w in at.warning]
     assert any("unknown page 'nowhere'" in p for p in problems) and any(

@@ -10,7 +10,14 @@ import pytest
 from ranksight.analyzer import analyze
 from ranksight.synthetic import SynthConfig, write_synthetic
 from ranksight.ui.data import hang, heatmap, hosts, mesh, overview, runs, stacks, timeline
-from ranksight.ui.data.run import ORDERS, load_run_view, ordered_ranks, position_weights
+from ranksight.ui.data.run import (
+    ORDERS,
+    RunMark,
+    data_watermark,
+    load_run_view,
+    ordered_ranks,
+    position_weights,
+)
 
 RUN = "ui-synth"
 SLOW = "slow:rank=5,factor=3,from_step=4"
@@ -270,3 +277,42 @@ def raw_steps_start(store, run_id: str) -> int:
             "t"
         ].iloc[0]
     )
+
+
+def test_the_run_mark_moves_with_new_steps_a_new_analysis_and_a_status_change(store):
+    assert data_watermark(store, "ui-mark", 0) == RunMark()  # no such run: all zero
+    write_synthetic(store, SynthConfig(**MESH, steps=12, faults=(SLOW,), run_id="ui-mark"))
+    first = data_watermark(store, "ui-mark", 0)
+    steps = raw_steps(store, "ui-mark")
+    assert (first.step_rows, first.last_end_ns, first.rank_rows) == (
+        len(steps),
+        int(steps["end_ns"].max()),
+        8,
+    )
+    span = int(steps["end_ns"].max() - steps["start_ns"].min())
+    assert first.mean_step_ns == pytest.approx(span / 12)
+    more = steps[steps["step"] == 11].assign(step=12, start_ns=lambda f: f["end_ns"] + 1)
+    store.insert("steps", more.assign(end_ns=more["start_ns"] + 10**6))
+    after_step = data_watermark(store, "ui-mark", 0)
+    assert (
+        after_step.step_rows == first.step_rows + 8 and after_step.last_end_ns > first.last_end_ns
+    )
+    assert analyze(store, "ui-mark").findings  # stored, so the mark moves
+    analyzed = data_watermark(store, "ui-mark", 0)
+    assert analyzed.analyzed_ns > 0 and analyzed != after_step
+    row = store.query("SELECT * FROM runs WHERE run_id = 'ui-mark'").iloc[[0]]
+    store.insert("runs", row.assign(updated_ns=analyzed.updated_ns + 5, status="finished"))
+    assert data_watermark(store, "ui-mark", 0).updated_ns == analyzed.updated_ns + 5
+
+
+def test_run_list_reads_the_runs_table_only(store):
+    write_synthetic(store, SynthConfig(**MESH, steps=2, run_id="ui-list-a"))
+    write_synthetic(store, SynthConfig(**MESH, steps=2, run_id="ui-list-b"))
+    got = runs.run_list(store)
+    assert set(got["run_id"]) == {"ui-list-a", "ui-list-b"}
+    assert list(got.columns) == ["run_id", "attempt", "started_ns", "stored_status"]
+    assert got["started_ns"].is_monotonic_decreasing  # newest first
+
+
+def raw_steps(store, run_id: str) -> pd.DataFrame:
+    return store.query("SELECT * FROM steps WHERE run_id = %(r)s", {"r": run_id})

@@ -1,6 +1,8 @@
 """Cached reads for the pages: one store per URL per server, and query results keyed on
-the run's data watermark, so a rerun (a click, a refresh with no new data) costs no
-query while new steps are picked up at once."""
+the run's identity and data version (``data.run.RunMark``: step rows, last step end,
+latest analysis, run row update), so a page load or a click with no new data costs one
+small query (the mark) while a running job's new steps show at once. A run view is
+hashed by its (run_id, attempt) alone: its contents are what the mark versions."""
 
 from __future__ import annotations
 
@@ -8,7 +10,15 @@ import streamlit as st
 
 from ranksight.store import Store, open_store
 from ranksight.ui.data import hang, heatmap, mesh, overview, runs, timeline
-from ranksight.ui.data.run import RunView, load_run_view
+from ranksight.ui.data.run import RunMark, RunView, load_run_view
+
+
+def _run_key(run: RunView) -> tuple[str, int]:
+    return run.run_id, run.attempt
+
+
+_KEYS = {RunView: _run_key}
+"""How cached reads hash a run view (the mark argument carries its version)."""
 
 
 @st.cache_resource(show_spinner=False)
@@ -27,19 +37,25 @@ def runs_table(url: str, search: str, hang_after_s: float):
     return runs.runs_table(_store(url), search, hang_after_s=hang_after_s)
 
 
-@st.cache_data(ttl=2, show_spinner=False, max_entries=32)
-def run_view(url: str, run_id: str, attempt: int | None) -> RunView:
-    """``data.run.load_run_view`` (refreshed every 2 s: status and findings change)."""
+@st.cache_data(ttl=2, show_spinner=False, max_entries=4)
+def run_list(url: str):
+    """``data.runs.run_list`` (refreshed every 2 s: new runs show up)."""
+    return runs.run_list(_store(url))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def run_view(url: str, run_id: str, attempt: int, mark: RunMark) -> RunView:
+    """``data.run.load_run_view`` at data version ``mark``."""
     return load_run_view(_store(url), run_id, attempt)
 
 
-@st.cache_data(ttl=600, show_spinner=False, max_entries=32)
+@st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
 def step_range(url: str, run: RunView, mark: tuple):
     """``data.heatmap.step_range`` at watermark ``mark``."""
     return heatmap.step_range(_store(url), run)
 
 
-@st.cache_data(ttl=600, show_spinner=False, max_entries=32)
+@st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
 def heatmap_cells(
     url: str,
     run: RunView,
@@ -54,13 +70,13 @@ def heatmap_cells(
     return heatmap.load_heatmap(_store(url), run, metric, order, steps, rows, cols)
 
 
-@st.cache_data(ttl=600, show_spinner=False, max_entries=32)
+@st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
 def step_series(url: str, run: RunView, mark: tuple, points: int):
     """``data.overview.step_series`` at watermark ``mark``."""
     return overview.step_series(_store(url), run, points)
 
 
-@st.cache_data(ttl=600, show_spinner=False, max_entries=32)
+@st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
 def timeline_rows(
     url: str, run: RunView, mark: tuple, steps: tuple, order: tuple, center: int | None, ranks: int
 ):
@@ -68,25 +84,25 @@ def timeline_rows(
     return timeline.load_timeline(_store(url), run, steps, order, center, ranks)
 
 
-@st.cache_data(ttl=600, show_spinner=False, max_entries=32)
+@st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
 def instances(url: str, run: RunView, mark: tuple, steps: tuple):
     """``data.timeline.collective_instances`` at watermark ``mark``."""
     return timeline.collective_instances(_store(url), run, steps)
 
 
-@st.cache_data(ttl=600, show_spinner=False, max_entries=64)
+@st.cache_data(ttl=600, show_spinner=False, max_entries=64, hash_funcs=_KEYS)
 def members(url: str, run: RunView, group_id: str, group_seq: int, origin_ns: int):
     """``data.timeline.instance_members``."""
     return timeline.instance_members(_store(url), run, group_id, group_seq, origin_ns)
 
 
-@st.cache_data(ttl=600, show_spinner=False, max_entries=32)
+@st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
 def slowness(url: str, run: RunView, mark: tuple, skip_steps: int):
     """``data.mesh.slowness`` at watermark ``mark``."""
     return mesh.slowness(_store(url), run, skip_steps)
 
 
-@st.cache_data(ttl=5, show_spinner=False, max_entries=32)
+@st.cache_data(ttl=5, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
 def group_progress(url: str, run: RunView):
     """``data.hang.group_progress`` (refreshed every 5 s)."""
     return hang.group_progress(_store(url), run)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from ranksight.ui.config import UiConfig
-from ranksight.ui.data.run import ORDERS, RunView
+from ranksight.ui.data.run import ORDERS, RunMark, RunView
 from ranksight.ui.state import Selection
 
 
@@ -19,8 +19,8 @@ class PageContext:
     cfg: UiConfig
     sel: Selection
     run: RunView | None = None
-    mark: tuple = ()
-    """The run's data watermark (step rows, last step end): cached reads key on it."""
+    mark: RunMark = RunMark()
+    """The run's data version: cached reads key on it."""
     status: str = ""
     """The run's status as the Runs page shows it (running, finished, hung, crashed)."""
 

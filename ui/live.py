@@ -8,13 +8,14 @@ from ranksight.ui import cache
 from ranksight.ui.data.run import data_watermark
 
 
-def watch(url: str, run, mark: tuple, refresh_s: float) -> None:
-    """Check the run's data watermark every ``refresh_s`` seconds (in a fragment, so only
-    the check reruns) and rerun the whole page when it moved past ``mark``."""
+def watch(url: str, run, mark, refresh_s: float) -> None:
+    """Check the run's data version (``data.run.RunMark``) every ``refresh_s`` seconds (in
+    a fragment, so only the check reruns) and rerun the whole page when it moved past
+    ``mark``."""
 
     @st.fragment(run_every=refresh_s)
     def _check() -> None:
-        now = data_watermark(cache.store_for(url), run)
+        now = data_watermark(cache.store_for(url), run.run_id, run.attempt)
         if now != mark:
             st.rerun(scope="app")
         st.caption(

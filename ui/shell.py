@@ -1,18 +1,23 @@
 """The app around the pages: page and run pickers in the sidebar, the URL as state,
-the store opened once, every page run inside the error guard."""
+the store opened once, every page run inside the error guard, Plotly loading in the
+browser while the page queries (``preload``)."""
 
 from __future__ import annotations
 
 import os
+import time
 
 import streamlit as st
 
 from ranksight import env
+from ranksight.analyzer import UnknownRun
+from ranksight.analyzer.queries import resolve_attempt
 from ranksight.store.url import default_store_url, redact
-from ranksight.ui import cache, live
+from ranksight.ui import cache, live, preload
 from ranksight.ui.config import UiConfig
 from ranksight.ui.context import PageContext, go
 from ranksight.ui.data.run import data_watermark
+from ranksight.ui.data.runs import run_status
 from ranksight.ui.guard import NoData, page_guard
 from ranksight.ui.state import PAGES, Selection, parse_selection
 from ranksight.ui.views import hang, heatmap, hosts, mesh, overview, runs, timeline
@@ -40,15 +45,18 @@ def main(cfg: UiConfig | None = None) -> None:
     cfg = cfg or UiConfig()
     url = store_url()
     sel = parse_selection(st.query_params.to_dict())
+    body = st.container()
+    loading = preload.start(sel.page)  # below the page: Plotly loads while we query
     for problem in sel.problems:
-        st.warning(problem)
+        body.warning(problem)
     _page_picker(sel)
     st.sidebar.caption(f"store: {redact(url)}")
-    with page_guard(url):
+    with body, page_guard(url):
         ctx = _context(url, cfg, sel)
         VIEWS[sel.page].render(ctx)
         if ctx.run is not None and ctx.status == "running":
             live.watch(url, ctx.run, ctx.mark, cfg.refresh_s)
+    preload.finish(loading)
 
 
 def _page_picker(sel: Selection) -> None:
@@ -61,24 +69,46 @@ def _page_picker(sel: Selection) -> None:
 
 def _context(url: str, cfg: UiConfig, sel: Selection) -> PageContext:
     """The page context: the run picked in the sidebar (default: the newest) with its
-    status and data watermark. Raises NoData for an empty store, UnknownRun, StoreError."""
-    table = cache.runs_table(url, "", cfg.hang_after_s)
+    data version and status. Costs one small query (the mark) when nothing changed.
+    Raises NoData for an empty store, UnknownRun, StoreError."""
     if sel.page == "runs":
         return PageContext(url, cfg, sel)
-    if table.empty:
+    listed = cache.run_list(url)
+    if listed.empty:
         raise NoData(
             f"No runs in this store yet ({redact(url)}). Start one with: ranksight demo --store {redact(url)}"
         )
-    run_ids = list(dict.fromkeys(table["run_id"]))
+    run_ids = list(dict.fromkeys(listed["run_id"]))
     if sel.run is not None and sel.run not in run_ids:
-        run_ids.insert(0, sel.run)  # shown, then reported as unknown by load_run_view
+        run_ids.insert(0, sel.run)  # shown, then reported as unknown below
     current = sel.run or run_ids[0]
     picked = st.sidebar.selectbox("Run", run_ids, index=run_ids.index(current))
     if picked != sel.run:
         go(sel, run=picked, attempt=None, step=None, rank=None, finding=None)
-    view = cache.run_view(url, picked, sel.attempt)
-    mine = table[(table["run_id"] == view.run_id) & (table["attempt"] == view.attempt)]
-    status = str(mine["status"].iloc[0]) if len(mine) else str(view.row.get("status", ""))
+    row, attempt = _attempt(url, listed, picked, sel.attempt)
+    mark = data_watermark(cache.store_for(url), picked, attempt)
+    view = cache.run_view(url, picked, attempt, mark)
+    hangs = sum(f.kind == "hang" for f in view.findings)
+    status = run_status(
+        str(row["stored_status"]),
+        max(mark.last_end_ns, mark.updated_ns),
+        mark.mean_step_ns,
+        hangs,
+        time.time_ns(),
+        cfg.hang_after_s,
+    )
     st.sidebar.caption(f"attempt {view.attempt}, {status}, {len(view.ranks)} ranks")
-    mark = data_watermark(cache.store_for(url), view)
     return PageContext(url, cfg, sel, view, mark, status)
+
+
+def _attempt(url: str, listed, run_id: str, attempt: int | None) -> tuple[dict, int]:
+    """The run list's row for ``run_id`` (the latest attempt unless ``attempt``) and its
+    attempt. Raises UnknownRun (naming the runs that exist) if there is none."""
+    mine = listed[listed["run_id"] == run_id]
+    if attempt is not None:
+        mine = mine[mine["attempt"] == attempt]
+    if mine.empty:  # the analyzer's own lookup gives the message
+        resolve_attempt(cache.store_for(url), run_id, attempt)
+        raise UnknownRun(f"unknown run {run_id!r}")  # it appeared meanwhile: next load
+    row = mine.sort_values("attempt").iloc[-1].to_dict()
+    return row, int(row["attempt"])

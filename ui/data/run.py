@@ -24,7 +24,17 @@ ORDERS: dict[str, tuple[str, ...]] = {
 """Rank orders the heatmap, timeline and mesh offer: mesh coordinates, outermost first
 (ranks of one pipeline stage together by default), or the plain global rank."""
 
-DATA_COUNT = f"SELECT count() AS n, max(end_ns) AS last_end FROM steps WHERE {RUN}"
+# One query for everything a page's cached reads depend on: new steps, a new analysis,
+# a status change or new ranks each move it. Scalar subqueries run on 18.16 and chdb
+# (current engines make them Nullable: ifNull keeps the ns exact, not float64).
+MARK = f"""
+SELECT count() AS n_steps, max(end_ns) AS last_end, min(start_ns) AS first_start,
+       uniqExact(step) AS n_distinct,
+       toInt64(ifNull((SELECT max(analyzed_ns) FROM findings WHERE {RUN}), 0)) AS analyzed,
+       toInt64(ifNull((SELECT max(updated_ns) FROM runs WHERE {RUN}), 0)) AS updated,
+       toInt64(ifNull((SELECT count() FROM ranks WHERE {RUN}), 0)) AS n_rank_rows
+FROM steps WHERE {RUN}
+"""
 
 
 @dataclass(frozen=True)
@@ -67,11 +77,43 @@ def load_run_view(store: Store, run_id: str, attempt: int | None = None) -> RunV
     )
 
 
-def data_watermark(store: Store, run: RunView) -> tuple[int, int]:
-    """(step rows, last step end ns) of the run: changes whenever new steps land, so
-    cached reads keyed on it refresh exactly when there is something new."""
-    got = store.query(DATA_COUNT, run.params)
-    return int(got["n"].iloc[0]), int(got["last_end"].iloc[0]) if len(got) else 0
+@dataclass(frozen=True)
+class RunMark:
+    """A run attempt's data version: cached reads are keyed on it, so they refresh
+    exactly when something they show changed (a running job's new steps, a new analysis,
+    a status update) and cost no query otherwise. Times in ns since the epoch (0: none)."""
+
+    step_rows: int = 0
+    last_end_ns: int = 0
+    analyzed_ns: int = 0
+    """When the latest analysis (findings) was stored."""
+    updated_ns: int = 0
+    """The run row's latest update (status changes)."""
+    rank_rows: int = 0
+    mean_step_ns: float = 0.0
+    """Wall time from the first step's start to the last step's end over the steps seen
+    (ns per step; a cheap stand-in for the median step time when judging a stall)."""
+
+
+def data_watermark(store: Store, run_id: str, attempt: int) -> RunMark:
+    """The run attempt's :class:`RunMark` (one query). Raises StoreError."""
+    got = store.query(MARK, {"run_id": run_id, "attempt": attempt})
+    if got.empty:
+        return RunMark()
+
+    def col(name: str) -> int:  # per column: a row would be upcast to float64
+        return int(got[name].iloc[0] or 0)
+
+    n, steps = col("n_steps"), col("n_distinct")
+    last, first = (col("last_end"), col("first_start")) if n else (0, 0)
+    return RunMark(
+        step_rows=n,
+        last_end_ns=last,
+        analyzed_ns=col("analyzed"),
+        updated_ns=col("updated"),
+        rank_rows=col("n_rank_rows"),
+        mean_step_ns=(last - first) / steps if steps else 0.0,
+    )
 
 
 def position_weights(order: tuple[str, ...], shape: dict[str, int]) -> dict[str, int]:

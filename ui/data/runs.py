@@ -82,6 +82,21 @@ def run_status(
     return "running"
 
 
+def run_list(store: Store, limit: int = 500) -> pd.DataFrame:
+    """The runs the sidebar offers, newest first (at most ``limit``): run_id, attempt,
+    started_ns, stored_status (the run row's own status). Reads only the ``runs`` table,
+    so it stays cheap however many steps the store holds. Raises StoreError."""
+    got = store.query(RUNS, {"pattern": "%", "limit": int(limit)})
+    return pd.DataFrame(
+        {
+            "run_id": got["run_id"].astype(str),
+            "attempt": got["attempt"].astype(int),
+            "started_ns": got["created"].astype("int64"),
+            "stored_status": got["last_status"].astype(str),
+        }
+    )
+
+
 def _latest_counts(counts: pd.DataFrame) -> pd.DataFrame:
     """Findings and hang counts of each run attempt's latest analysis."""
     if counts.empty:

@@ -83,22 +83,31 @@ def _zmax(h: Heatmap, skip_steps: int) -> float | None:
 
 
 def _cells(h: Heatmap, labels: list[str], zmax: float | None) -> go.Heatmap:
-    custom = np.dstack([h.vmean_ms, h.worst_rank, h.worst_step]).astype(np.float32)
-    step_txt = "step %{x}" if h.step_bin == 1 else f"steps %{{x}}..%{{x}}+{h.step_bin - 1}"
+    """The cells as float32 arrays. Hover text is a template over numbers (no string per
+    cell); binned cells carry [mean, rank of the largest value] as customdata, unbinned
+    ones need none (the row is the rank, the value its own)."""
     rows, cols = h.shape
+    binned = h.rank_bin > 1 or h.step_bin > 1
+    step_txt = "step %{x}" if h.step_bin == 1 else f"steps %{{x}}..%{{x}}+{h.step_bin - 1}"
+    extra = (
+        "<br>mean %{customdata[0]:.1f} ms, largest in rank %{customdata[1]:.0f}" if binned else ""
+    )
     return go.Heatmap(
         z=h.vmax_ms.astype(np.float32),
         x=np.array(h.col_steps),
         y=labels,
-        customdata=custom,
+        customdata=np.dstack([h.vmean_ms, h.worst_rank]).astype(np.float32) if binned else None,
         colorscale="Viridis",
         zmin=0 if zmax is not None else None,
         zmax=zmax,
         colorbar={"title": {"text": "ms"}, "len": 0.85, "y": 0.57},
-        hovertemplate=(
-            "%{y}<br>" + step_txt + "<br>max %{z:.1f} ms, mean %{customdata[0]:.1f} ms"
-            "<br>largest: rank %{customdata[1]:.0f}, step %{customdata[2]:.0f}<extra></extra>"
-        ),
+        hovertemplate="%{y}<br>"
+        + step_txt
+        + "<br>"
+        + ("max " if binned else "")
+        + "%{z:.1f} ms"
+        + extra
+        + "<extra></extra>",
         xgap=0 if cols > 100 else 1,
         ygap=0 if rows > 100 else 1,
     )

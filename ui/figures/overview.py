@@ -6,6 +6,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+MARKERS_UP_TO = 120
+"""Points per series drawn with markers; longer series are lines only (a marker is an
+SVG node each: 1,000 of them cost the browser about 100 ms, bench/RESULTS.md)."""
+
 
 def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> go.Figure:
     """Top: step wall time and the slowest rank's step time (ms); bottom: tokens/s (and
@@ -24,9 +28,8 @@ def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> go.Figure:
         ),
     )
     x = series["first_step"]
-    fig.add_trace(
-        go.Scatter(x=x, y=series["step_ms"], name="step time", mode="lines+markers"), row=1, col=1
-    )
+    mode = "lines+markers" if len(series) <= MARKERS_UP_TO else "lines"
+    fig.add_trace(go.Scatter(x=x, y=series["step_ms"], name="step time", mode=mode), row=1, col=1)
     fig.add_trace(
         go.Scatter(
             x=x,
@@ -39,7 +42,7 @@ def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> go.Figure:
         col=1,
     )
     fig.add_trace(
-        go.Scatter(x=x, y=series["tokens_per_s"], name="tokens/s", mode="lines+markers"),
+        go.Scatter(x=x, y=series["tokens_per_s"], name="tokens/s", mode=mode),
         row=2,
         col=1,
     )
