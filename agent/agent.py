@@ -39,6 +39,7 @@ from ranksight.store import Store, StoreError, schema
 from ranksight.store.frames import conform
 from ranksight.trainer_hooks.spool_format import SUFFIX as SPOOL_SUFFIX
 
+from . import tailer as tailer_mod
 from .buffer import DiskBuffer
 from .config import AgentConfig
 from .deliver import deliver
@@ -205,15 +206,16 @@ class Agent:
             )  # fmt: skip
 
     def delete_stored_segments(self) -> list[str]:
-        """Delete the binary spool segments that are sealed (read to their end) and whose
-        records the store has acknowledged (no batch holding any of them is still
-        buffered); returns their paths. A segment another running agent on this spool
+        """Delete the binary spool segments that are sealed (read to their end frame, or
+        to the end of one whose writer is gone and that has been unchanged for
+        ``tailer.ABANDONED_S``) and whose records the store has acknowledged (no batch
+        holding any of them is still buffered); returns their paths. A segment another running agent on this spool
         has not read to its end yet is kept. JSON spool files are never deleted."""
         oldest = min(self.buffer.seqs(), default=None)
         done = [
             path
             for path, st in self.tailer.files.items()
-            if st.sealed
+            if (st.sealed == "end" or (st.sealed == "gone" and _abandoned(path)))
             and path.endswith(SPOOL_SUFFIX)
             and (oldest is None or oldest > self._last_batch.get(path, 0))
         ]
@@ -222,7 +224,7 @@ class Agent:
         others = _other_agents(self.tailer.spool_dir, self.state_dir)
         deleted = []
         for path in done:
-            if any(not o.get(path, {}).get("sealed") for o in others):
+            if any(o.get(path, {}).get("sealed") not in ("end", "gone") for o in others):
                 continue
             try:
                 os.unlink(path)
@@ -408,6 +410,14 @@ class Agent:
 def _fields(config: AgentConfig) -> dict:
     """A config's fields as a dict (slots dataclasses have no ``__dict__``)."""
     return {name: getattr(config, name) for name in config.__dataclass_fields__}
+
+
+def _abandoned(path: str) -> bool:
+    """Whether a segment whose writer is gone has been unchanged for ``ABANDONED_S``."""
+    try:
+        return time.time() - os.stat(path).st_mtime > tailer_mod.ABANDONED_S
+    except OSError:
+        return True
 
 
 def _other_agents(spool_dir: str, state_dir: str) -> list[dict]:

@@ -30,6 +30,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ranksight.store import Store, StoreError, schema
+from ranksight.store.base import MAX_ATOMIC_ROWS
 from ranksight.store.cluster import shard_groups
 
 from .buffer import SealedBatch
@@ -47,10 +48,12 @@ class Delivered:
     partial: int
 
 
-def piece_id(uid: int, table: str, partition: int) -> int:
-    """The delivery id of ``table``'s rows of batch ``uid`` in ``partition``: 64 bits of
-    blake2b, never 0 (0 marks rows not written by the agent)."""
-    digest = hashlib.blake2b(f"{uid}:{table}:{partition}".encode(), digest_size=8).digest()
+def piece_id(uid: int, table: str, partition: int, chunk: int = 0) -> int:
+    """The delivery id of ``table``'s rows of batch ``uid`` in ``partition`` (``chunk``:
+    which ``MAX_ATOMIC_ROWS`` slice of them, for a piece too big for one insert): 64 bits
+    of blake2b, never 0 (0 marks rows not written by the agent)."""
+    key = f"{uid}:{table}:{partition}" + (f":{chunk}" if chunk else "")
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") or 1
 
 
@@ -68,27 +71,35 @@ def pieces(store: Store, table: str, uid: int, rows: pa.Table) -> list[tuple[int
         groups = shard_groups(rows.column(shard))
         keys = groups if keys is None else keys * (1 << 32) + groups
     if keys is None or (keys == keys[0]).all():
-        return [(piece_id(uid, table, int(keys[0]) if keys is not None else 0), rows)]
+        parts = [(int(keys[0]) if keys is not None else 0, rows)]
+    else:
+        parts = [(int(key), rows.filter(pa.array(keys == key))) for key in np.unique(keys)]
     out = []
-    for key in np.unique(keys):
-        part = rows.filter(pa.array(keys == key))
-        out.append((piece_id(uid, table, int(key)), part))
+    for key, part in parts:  # at most MAX_ATOMIC_ROWS a piece: one insert, stored whole
+        for chunk, start in enumerate(range(0, part.num_rows, MAX_ATOMIC_ROWS)):
+            out.append((piece_id(uid, table, key, chunk), part.slice(start, MAX_ATOMIC_ROWS)))
     return out
 
 
 def deliver(store: Store, batch: SealedBatch, *, verify: bool, settle_s: float) -> Delivered:
     """Send every piece of ``batch`` that is not stored yet; with ``verify`` (the batch
-    was tried before) check each first. Raises StoreError on any failure (the caller
-    retries the whole batch with ``verify=True``)."""
+    was tried before) check each first, once no insert of any of them can still land
+    (:func:`settle`). Raises StoreError on any failure (the caller retries the whole batch
+    with ``verify=True``)."""
     inserted = already = partial = 0
+    split = {
+        table: pieces(store, table, batch.uid, rows)
+        for table, rows in batch.tables.items()
+        if rows.num_rows and table in schema.DELIVERED_TABLES
+    }
+    if verify:
+        settle(store, [pid for parts in split.values() for pid, _ in parts], settle_s)
     for table, rows in batch.tables.items():
-        if rows.num_rows == 0:
-            continue
-        if table not in schema.DELIVERED_TABLES:
+        if rows.num_rows and table not in schema.DELIVERED_TABLES:
             inserted += store.insert(table, rows)
-            continue
-        for pid, part in pieces(store, table, batch.uid, rows):
-            stored = _stored(store, table, pid, settle_s) if verify else 0
+    for table, parts in split.items():
+        for pid, part in parts:
+            stored = store.stored_batches(table, [pid]).get(pid, 0) if verify else 0
             if stored == part.num_rows:
                 already += stored
             elif stored:
@@ -102,11 +113,24 @@ def deliver(store: Store, batch: SealedBatch, *, verify: bool, settle_s: float) 
     return Delivered(inserted, already, partial)
 
 
-def _stored(store: Store, table: str, pid: int, settle_s: float) -> int:
-    """Rows of piece ``pid`` in ``table`` once no insert of it runs any more."""
+def settle(store: Store, pids: list[int], settle_s: float) -> None:
+    """Return once no insert of pieces ``pids`` runs in the store and none has for
+    ``store.insert_grace_s`` seconds in a row, so that counting their rows next is final:
+    an insert whose client gave up (a timeout on a stalled server) may still be written,
+    and one the server had received whole before it stalled shows in its process list
+    only once the server runs again. Raises StoreError after ``settle_s`` seconds."""
+    if not pids:
+        return
     deadline = time.monotonic() + settle_s
-    while store.inserts_in_flight([pid]):
-        if time.monotonic() > deadline:
-            raise StoreError(f"an insert of piece {pid:016x} into {table} is still running")
-        time.sleep(0.2)
-    return store.stored_batches(table, [pid]).get(pid, 0)
+    clear_since = None
+    while True:
+        now = time.monotonic()
+        if store.inserts_in_flight(pids):
+            clear_since = None
+        elif clear_since is None:
+            clear_since = now
+        if clear_since is not None and now - clear_since >= store.insert_grace_s:
+            return
+        if now > deadline:
+            raise StoreError(f"an insert of piece(s) {pids[:3]} is still running")
+        time.sleep(min(0.2, store.insert_grace_s) or 0.2)

@@ -48,18 +48,22 @@ def state_dir_for(spool_dir: str, key: str) -> str:
 
 
 _QUIET_S = 5.0
-"""A segment unchanged this long, read to its end, whose writer process is gone, is sealed."""
+"""A segment unchanged this long, read to its end, whose writer process is gone, is sealed
+(``"gone"``); should it grow after all (a writer in another pid namespace), it is read on."""
+ABANDONED_S = 600.0
+"""A ``"gone"`` segment is deleted (once stored) only when unchanged this long, seconds."""
 _BASE = ("run_id", "attempt", "rank")
 
 
 @dataclass
 class FileState:
-    """How far one spool file has been read, its header, and whether it is sealed (read to
-    its end frame, or to the end of a segment whose writer is gone: nothing will follow)."""
+    """How far one spool file has been read, its header, and whether it is sealed:
+    ``"end"`` (read to its end frame: nothing will follow), ``"gone"`` (read to the end of
+    a segment whose writer is gone), or ``""``."""
 
     offset: int = 0
     base: dict | None = None
-    sealed: bool = False
+    sealed: str = ""
 
 
 @dataclass
@@ -99,7 +103,8 @@ class SpoolTailer:
     def apply(self, offsets: dict) -> None:
         """Take ``{path: {"offset", "base"}}`` (an offsets file, or a batch manifest)."""
         for path, st in offsets.items():
-            self.files[path] = FileState(int(st["offset"]), st.get("base"), bool(st.get("sealed")))
+            sealed = st.get("sealed") or ""
+            self.files[path] = FileState(int(st["offset"]), st.get("base"), str(sealed))
 
     def paths(self) -> list[str]:
         """Spool files present now (binary segments and JSON files), sorted."""
@@ -124,7 +129,7 @@ class SpoolTailer:
             if lines_left <= 0 or max_bytes <= 0:
                 break
             st = self.files.get(path, FileState())
-            if st.sealed:
+            if st.sealed == "end" or (st.sealed == "gone" and _size(path) <= st.offset):
                 continue
             read = self._read_segment if path.endswith(sf.SUFFIX) else self._read_file
             n_lines, n_bytes = read(path, st, lines_left, max_bytes, out)
@@ -182,7 +187,7 @@ class SpoolTailer:
         except OSError as e:
             out.rejected.append(f"{path}: {e}")
             return 0, 0
-        base, sealed, rows, used, full = st.base, False, 0, 0, False
+        base, sealed, rows, used, full = st.base, "", 0, 0, False
         groups: dict[tuple, list[pa.Table]] = {}
         for item in sf.frames(chunk, st.offset):
             if rows >= max_rows:
@@ -199,7 +204,7 @@ class SpoolTailer:
             if item.kind == sf.HEADER:
                 base = _header(item.payload, label, out) or base
             elif item.kind == sf.END:
-                sealed = True
+                sealed = "end"
             elif base is None:
                 out.rejected.extend([f"{label}: record before header"] * item.rows)
             elif item.kind == sf.JSON_LINES:
@@ -221,14 +226,14 @@ class SpoolTailer:
                 out.rejected.extend([f"{label}: {name}: {str(e)[:80]}"] * rows_table.num_rows)
         end = st.offset + used
         if not sealed and end == stat.st_size and time.time() - stat.st_mtime > _QUIET_S:
-            sealed = not _writer_alive(path, stat.st_mtime)
+            sealed = "" if _writer_alive(path, stat.st_mtime) else "gone"
         elif not (sealed or full) and used < len(chunk) and st.offset + len(chunk) == stat.st_size:
             if time.time() - stat.st_mtime > _QUIET_S and not _writer_alive(path, stat.st_mtime):
                 lost = len(chunk) - used  # an incomplete frame its writer will never finish
                 out.rejected.append(
                     f"{label}: truncated frame at byte {end} ({lost} bytes), writer gone"
                 )
-                used, end, sealed = len(chunk), stat.st_size, True
+                used, end, sealed = len(chunk), stat.st_size, "gone"
         if used:
             if rows:
                 self._record_bytes = max(16.0, 0.8 * self._record_bytes + 0.2 * used / rows)
@@ -288,8 +293,16 @@ def _state_json(st: FileState) -> dict:
     """A file's state as stored in ``offsets.json`` and batch manifests."""
     out = {"offset": st.offset, "base": st.base}
     if st.sealed:
-        out["sealed"] = True
+        out["sealed"] = st.sealed
     return out
+
+
+def _size(path: str) -> int:
+    """Bytes in file ``path`` (0 if it is gone)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def _first_frame_bytes(chunk: bytes) -> int:

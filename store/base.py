@@ -59,6 +59,9 @@ class Store(abc.ABC):
     """
 
     url: str
+    insert_grace_s: float = 0.0
+    """How long after an insert stops showing in :meth:`inserts_in_flight` one that was
+    sent before may still start (0: inserts cannot outlive the call that made them)."""
 
     def init_schema(self) -> None:
         """Create every table of ``schema.TABLES`` that is missing, add missing columns to

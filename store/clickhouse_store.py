@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import socket
+import struct
 import threading
 from collections.abc import Iterator, Sequence
 
@@ -39,6 +41,9 @@ except ImportError:  # pragma: no cover - both are dependencies; stay usable wit
 
 _QUERY_PREFIX = "ranksight-"
 _UNREACHABLE = (errors.NetworkError, errors.SocketTimeoutError, EOFError, OSError)
+
+
+_LINGER_RESET = struct.pack("ii", 1, 0)
 
 
 class ClickHouseStore(Store):
@@ -221,6 +226,8 @@ class ClickHouseStore(Store):
         sql = f"INSERT INTO {table} ({', '.join(data.column_names)}) VALUES"
         query_id = f"{_QUERY_PREFIX}{batch_id:016x}-{secrets.token_hex(4)}" if batch_id else None
         with self._errors():
+            if batch_id:
+                self._reset_on_close()
             self._client.execute(sql, columns, columnar=True, query_id=query_id)
         return data.num_rows
 
@@ -246,6 +253,24 @@ class ClickHouseStore(Store):
                 with contextlib.suppress(ValueError):
                     running.add(int(query_id[len(_QUERY_PREFIX) :].split("-")[0], 16))
         return running & wanted
+
+    insert_grace_s = 1.0
+    """An insert the server received whole just before it stalled (SIGSTOP, overload)
+    starts, and shows in ``system.processes``, within moments of it running again; one
+    that had not fully arrived cannot start at all once its connection is reset (see
+    :meth:`_reset_on_close`). A retried batch is counted only after its inserts were
+    absent for this long (seconds), with the server answering."""
+
+    def _reset_on_close(self) -> None:
+        """Connect if needed, and make the connection end with a reset (``SO_LINGER`` 0),
+        not a graceful close: when the client gives up on an insert, data the server has
+        not received yet is dropped instead of being delivered later, so the insert can
+        no longer start after the agent has checked that it is not stored."""
+        connection = self._client.connection
+        if not connection.connected:
+            connection.connect()
+        if connection.socket is not None:
+            connection.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
 
     def _timezone(self) -> str:
         """The server's time zone (connects if needed)."""

@@ -87,14 +87,19 @@ def store_lock(store: Path, exclusive: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def read_lock(store: Path, tables: Iterable[str]) -> Iterator[None]:
-    """Shared lock for reading ``tables``; first finishes any interrupted compaction."""
+    """Shared lock for reading ``tables``; first finishes any interrupted compaction.
+    The check for one is made while the shared lock is held (a compaction that dies
+    mid-swap after an unlocked check would leave merged and replaced segments side by
+    side: rows counted twice)."""
     tables = list(tables)
-    if any((store / t / INTENT).exists() for t in tables):
+    while True:
+        with store_lock(store, exclusive=False):
+            if not any((store / t / INTENT).exists() for t in tables):
+                yield
+                return
         with store_lock(store, exclusive=True):
             for t in tables:
                 recover(store / t)
-    with store_lock(store, exclusive=False):
-        yield
 
 
 def recover(folder: Path) -> None:

@@ -5,6 +5,7 @@ once, the store has every record in them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -80,6 +81,7 @@ def test_damaged_and_truncated_frames_are_rejected_counted_and_the_rest_stored(
     assert got == list(range(10)) + list(range(20, 40))
     assert path.exists(), "a recent segment of a writer that may still be writing is kept"
     monkeypatch.setattr(tailer_mod, "_QUIET_S", 0.0)  # as if it had not grown for a while
+    monkeypatch.setattr(tailer_mod, "ABANDONED_S", 0.0)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="ranksight.agent"):
         agent.drain()
@@ -191,3 +193,39 @@ print("chdb" in sys.modules, "torch" in sys.modules)
     assert out.stdout.split() == ["False", "False"]
     got = open_store(str(tmp_path / "store")).query("SELECT count() AS n FROM steps")
     assert got["n"].tolist() == [5]
+
+
+def test_a_compaction_dying_just_before_a_read_is_finished_not_counted_twice(
+    tmp_path, monkeypatch
+) -> None:
+    """A compaction that dies mid-swap between a reader's check for an interrupted one and
+    its shared lock leaves merged and replaced segments side by side: the reader checks
+    again under the lock and finishes the compaction first."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ranksight.store import segments
+
+    store = open_store(str(tmp_path / "store"))
+    store.init_schema()
+    for i in range(3):
+        store.insert("steps", pd.DataFrame({"run_id": "c", "step": [i]}))
+    folder = tmp_path / "store" / "steps"
+    olds = sorted(p for p in folder.glob("*.parquet") if pq.read_metadata(p).num_rows)
+    real_lock, died = segments.store_lock, []
+
+    @contextlib.contextmanager
+    def lock_after_a_dying_compaction(where, exclusive):
+        if not exclusive and not died:  # the compaction dies right now, mid-swap
+            died.append(True)
+            merged = pa.concat_tables(pq.read_table(p) for p in olds)
+            pq.write_table(merged, folder / "9-9-9.parquet")
+            plan = {"merged": "9-9-9.parquet", "replaced": [p.name for p in olds]}
+            (folder / "compact.intent").write_text(json.dumps(plan))
+        with real_lock(where, exclusive):
+            yield
+
+    monkeypatch.setattr(segments, "store_lock", lock_after_a_dying_compaction)
+    assert store.query("SELECT count() AS n FROM steps")["n"].tolist() == [3]
+    assert died and not (folder / "compact.intent").exists()
