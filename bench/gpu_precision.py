@@ -15,6 +15,10 @@ against the NCCL kernel's in the profiler trace, matched in order per rank; and 
 count per process group against the Flight Recorder's.
 
     python bench/gpu_precision.py compare --out OUT --spool SPOOL
+
+Overhead in one process (hooks off / default in alternating blocks, same model):
+
+    torchrun --nproc-per-node 2 bench/gpu_precision.py ab --out OUT --spool SPOOL
 """
 
 from __future__ import annotations
@@ -106,6 +110,85 @@ def worker(a: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
+def ab(a: argparse.Namespace) -> None:
+    """Hook overhead in one process: blocks of steps with the hooks off and at the default
+    level, alternating (launch-to-launch noise on a shared host is larger than the cost),
+    plus the host cost per collective (synchronous small all_reduces)."""
+    import contextlib
+
+    import torch
+    import torch.distributed as dist
+
+    from ranksight import trainer_hooks
+
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    width = a.width
+    model = torch.nn.Sequential(
+        *[torch.nn.Linear(width, width, device=dev, dtype=torch.bfloat16) for _ in range(8)]
+    )
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params, lr=1e-6)
+    x = torch.randn(a.batch, width, device=dev, dtype=torch.bfloat16)
+
+    def step() -> None:
+        model(x).float().pow(2).mean().backward()
+        for w in [dist.all_reduce(p.grad, async_op=True) for p in params]:
+            w.wait()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+
+    def attach():
+        return trainer_hooks.attach(
+            mesh={"dp": rank, "tp": 0, "pp": 0},
+            mesh_shape={"dp": world, "tp": 1, "pp": 1},
+            spool_dir=a.spool,
+            run_id=f"ab-{time.time_ns()}",
+        )
+
+    times: dict[str, list[float]] = {"off": [], "default": []}
+    per_op: dict[str, list[float]] = {"off": [], "default": []}
+    small = torch.ones(1024, device=dev)
+    for block in range(a.blocks):
+        for level in ("off", "default") if block % 2 == 0 else ("default", "off"):
+            hooks = attach() if level == "default" else None
+            for i in range(a.block_steps):
+                ctx = hooks.step(i) if hooks is not None else contextlib.nullcontext()
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                with ctx:
+                    step()
+                torch.cuda.synchronize()
+                if i > 0:  # the first step of a block warms up
+                    times[level].append(time.perf_counter() - t0)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(200):
+                dist.all_reduce(small)
+            torch.cuda.synchronize()
+            per_op[level].append((time.perf_counter() - t0) / 200)
+            if hooks is not None:
+                hooks.close()
+    if rank == 0:
+        med = {k: statistics.median(v) for k, v in times.items()}
+        op = {k: statistics.median(v) for k, v in per_op.items()}
+        doc = {
+            "step_ms": {k: round(v * 1e3, 3) for k, v in med.items()},
+            "ratio": round(med["default"] / med["off"], 4),
+            "steps": {k: len(v) for k, v in times.items()},
+            "per_collective_us": {k: round(v * 1e6, 1) for k, v in op.items()},
+            "collectives_per_step": len(params),
+            "params": sum(p.numel() for p in params),
+        }
+        print(json.dumps(doc), flush=True)
+        with open(os.path.join(a.out, "ab.json"), "w") as f:
+            json.dump(doc, f)
+    dist.destroy_process_group()
+
+
 def _kernels(path: str) -> tuple[list[dict], int]:
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
@@ -190,15 +273,19 @@ def compare(a: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("mode", choices=("worker", "compare"))
+    p.add_argument("mode", choices=("worker", "compare", "ab"))
     p.add_argument("--out", required=True)
     p.add_argument("--spool", required=True)
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--profile-from", type=int, default=6)
+    p.add_argument("--blocks", type=int, default=6, help="ab: blocks per level")
+    p.add_argument("--block-steps", type=int, default=8, help="ab: steps per block")
+    p.add_argument("--width", type=int, default=8192, help="ab: hidden size (8 layers)")
+    p.add_argument("--batch", type=int, default=4096, help="ab: rows per step")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
-    (worker if a.mode == "worker" else compare)(a)
+    {"worker": worker, "compare": compare, "ab": ab}[a.mode](a)
     print(f"{a.mode} took {time.time() - t0:.1f} s", flush=True)
 
 

@@ -72,7 +72,9 @@ def test_records_wait_for_their_events_and_come_out_with_device_times_in_order()
         timer.start(rec)
         assert timer.has_start(rec)
         assert timer.end(rec)
-        events.append(timer._pending[-1][2])
+        _, start, end = timer._pending[-1]
+        cuda.done.add(id(start))  # the start events completed; the ends not yet
+        events.append(end)
     assert timer.resolve() == 0 and out == []  # nothing completed on the device yet
     cuda.done.add(id(events[0]))
     cuda.done.add(id(events[2]))
@@ -104,3 +106,34 @@ def test_an_op_never_waited_on_and_unfinished_events_leave_with_host_times():
     timer.close(timeout_s=0.05)
     assert out == recs and recs[2]["start_ns"] == 2  # unresolved: host times kept
     assert timer.unresolved == 3
+
+
+class FakeWork:
+    """An async c10d Work that measured its own device duration (NCCL timing on)."""
+
+    def __init__(self, ms: float) -> None:
+        self.ms, self.completed = ms, False
+
+    def is_completed(self) -> bool:
+        return self.completed
+
+    def _get_duration(self) -> float:
+        return self.ms
+
+
+def test_an_async_work_ends_at_its_start_plus_its_own_device_duration(monkeypatch):
+    monkeypatch.setenv("TORCH_NCCL_ENABLE_TIMING", "1")
+    cuda = FakeCuda()
+    out: list[dict] = []
+    timer = DeviceTimer(out.append, DeviceClock(cuda))
+    rec = {"op": "all_reduce", "start_ns": 1, "end_ns": 2}
+    cuda.next_at.append(timer.clock.anchor.t + 10_000)
+    timer.start(rec)
+    work = FakeWork(0.25)
+    assert timer.end(rec, work)  # waited on long after it finished: no end event needed
+    cuda.done.add(id(timer._pending[-1][1]))
+    assert timer.resolve() == 0  # the Work has not finished
+    work.completed = True
+    assert timer.resolve() == 1
+    start = timer.clock.anchor_ns + 10_000
+    assert (out[0]["start_ns"], out[0]["end_ns"]) == (start, start + 250_000)

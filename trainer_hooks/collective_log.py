@@ -203,7 +203,11 @@ class CollectiveLog:
         if entry is not None and entry[1]["wait_ns"] == 0:
             entry[1]["wait_ns"] = dt
         if entry is not None and self.device is not None and self.device.has_start(entry[1]):
-            self.complete(entry[1])  # records the end event after the wait
+            rec = entry[1]
+            rec["end_ns"] = rec["end_ns"] or time.time_ns()
+            self._completed(rec)
+            if not self.device.end(rec, work):  # its device duration, or an end event now
+                self.emit(rec)
         if self._no_future:
             still = []
             for rec, w in self._no_future:

@@ -101,6 +101,7 @@ class DeviceTimer:
         self._starts: dict[int, Any] = {}
         self._pending: collections.deque[tuple[dict[str, Any], Any, Any]] = collections.deque()
         self._lock = threading.Lock()
+        self._event_type = type(self.cuda.Event(enable_timing=True))
         self._free: collections.deque[Any] = collections.deque()
         """Events whose times were read: reused (creating one costs more than recording)."""
         self._stop = threading.Event()
@@ -108,6 +109,10 @@ class DeviceTimer:
         self._last_anchor = time.monotonic()
 
     # ------------------------------------------------------------------ training thread
+    def _reuse(self, ev: Any) -> None:
+        if len(self._free) < 2 * self.max_pending:  # completed: safe to record again
+            self._free.append(ev)
+
     def _event(self) -> Any:
         try:
             return self._free.pop()
@@ -126,14 +131,20 @@ class DeviceTimer:
         """Whether ``rec`` has a start event waiting for its end."""
         return id(rec) in self._starts
 
-    def end(self, rec: dict[str, Any]) -> bool:
-        """Record ``rec``'s end event (after the wait) and queue it for resolution;
-        False if it has no start event (then the caller emits it as it is)."""
+    def end(self, rec: dict[str, Any], work: Any = None) -> bool:
+        """Queue ``rec`` for resolution: its end is ``start + work._get_duration()`` when
+        ``work`` (an async c10d Work) measured its own device duration (NCCL with
+        ``TORCH_NCCL_ENABLE_TIMING=1``: c10d's events on the communication stream), else
+        an end event recorded now, after the wait. False if it has no start event (then
+        the caller emits it as it is)."""
         start = self._starts.pop(id(rec), None)
         if start is None:
             return False
-        ev = self._event()
-        ev.record()
+        if work is not None and _timed(work):
+            ev = work
+        else:
+            ev = self._event()
+            ev.record()
         old = None
         with self._lock:
             if len(self._pending) >= self.max_pending:
@@ -151,16 +162,18 @@ class DeviceTimer:
         pending = self._pending
         while pending:
             with self._lock:
-                if not pending or not pending[0][2].query():
+                if not pending or not _done(pending[0][1], pending[0][2]):
                     break
                 rec, start, end = pending.popleft()
             try:
                 rec["start_ns"] = self.clock.to_ns(start)
-                rec["end_ns"] = self.clock.to_ns(end)
+                if isinstance(end, self._event_type):
+                    rec["end_ns"] = self.clock.to_ns(end)
+                    self._reuse(end)
+                else:  # the Work's own device duration (ms)
+                    rec["end_ns"] = rec["start_ns"] + int(end._get_duration() * 1e6)
+                self._reuse(start)
                 self.resolved += 1
-                if len(self._free) < 2 * self.max_pending:
-                    self._free.append(start)  # both completed: safe to record again
-                    self._free.append(end)
             except RuntimeError:  # an event from a stream that was destroyed
                 self.unresolved += 1
             self.emit(rec)
@@ -196,3 +209,26 @@ class DeviceTimer:
         for rec, _, _ in left:
             self.unresolved += 1
             self.emit(rec)
+
+
+def _timed(work: Any) -> bool:
+    """Whether ``work`` can report its device duration (c10d NCCL with timing on)."""
+    try:
+        return bool(getattr(work, "_get_duration", None)) and _timing_enabled()
+    except Exception:
+        return False
+
+
+def _timing_enabled() -> bool:
+    import os
+
+    return os.environ.get("TORCH_NCCL_ENABLE_TIMING", "0") not in ("0", "")
+
+
+def _done(start: Any, end: Any) -> bool:
+    """Both ends known: the start event completed, and the end event completed or the
+    Work finished."""
+    if not start.query():
+        return False
+    query = getattr(end, "query", None)
+    return bool(query()) if query is not None else bool(end.is_completed())
