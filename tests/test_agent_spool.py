@@ -229,3 +229,27 @@ def test_a_compaction_dying_just_before_a_read_is_finished_not_counted_twice(
     monkeypatch.setattr(segments, "store_lock", lock_after_a_dying_compaction)
     assert store.query("SELECT count() AS n FROM steps")["n"].tolist() == [3]
     assert died and not (folder / "compact.intent").exists()
+
+
+def test_a_piece_over_the_atomic_insert_size_goes_as_chunks_each_stored_once(
+    tmp_path, monkeypatch
+) -> None:
+    import pandas as pd
+
+    from ranksight.agent import deliver as deliver_mod
+
+    monkeypatch.setattr(deliver_mod, "MAX_ATOMIC_ROWS", 1000)
+    store = open_store(str(tmp_path / "store"))
+    store.init_schema()
+    agent = Agent(str(tmp_path / "spool"), store, config=AgentConfig(stats_interval_s=0))
+    agent.submit("steps", pd.DataFrame({"run_id": "big", "step": range(2500)}))
+    agent.read_once()
+    batch = agent.buffer.load(agent.buffer.seqs()[0])
+    parts = deliver_mod.pieces(store, "steps", batch.uid, batch.tables["steps"])
+    assert [p.num_rows for _, p in parts] == [1000, 1000, 500] and len({i for i, _ in parts}) == 3
+    first = deliver_mod.deliver(store, batch, verify=False, settle_s=5)
+    again = deliver_mod.deliver(store, batch, verify=True, settle_s=5)  # a retry after it landed
+    assert (first.inserted, again.inserted, again.already_stored) == (2500, 0, 2500)
+    got = store.query("SELECT count() AS n, uniqExact(step) AS u FROM steps WHERE run_id = 'big'")
+    assert got.iloc[0].tolist() == [2500, 2500]
+    agent.close()
