@@ -6,6 +6,7 @@ that is down."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -213,22 +214,114 @@ def test_hosts_page_shows_collector_data_or_says_there_is_none(monkeypatch, stor
     assert len([n for n in names if " gpu" not in n and not n.startswith("cpu")]) == nic["series"]
 
 
-def test_hang_page_names_the_suspect_of_a_hung_run(monkeypatch, tmp_path):
+def hung_stores(tmp_path) -> tuple[str, str]:
+    """A synthetic 8-rank (DP2 x TP2 x PP2) run where rank 3 never enters its TP
+    all_reduce at step 5, snapshots going on for 40 s: as the generator stores it (every
+    row), and as a live job shows it before the stuck ops end (no collective row of an
+    op that never completed: the hooks write one when its op completes)."""
+    from ranksight.synthetic import SynthConfig, write_synthetic
+
+    full, live = str(tmp_path / "full"), str(tmp_path / "live")
+    with open_store(full) as s, open_store(live) as t:
+        s.init_schema()
+        t.init_schema()
+        cfg = SynthConfig(dp=2, tp=2, pp=2, steps=8, faults=("hang:rank=3,from_step=5",))
+        write_synthetic(s, replace(cfg, run_id="hung"))
+        for table in ("runs", "ranks", "steps", "phases", "progress"):
+            t.insert(table, s.query(f"SELECT * FROM {table}"))
+        t.insert("collectives", s.query("SELECT * FROM collectives WHERE end_ns > 0"))
+    return full, live
+
+
+def latest_progress(url: str) -> pd.DataFrame:
+    """Each rank's newest snapshot per collective group, from the raw rows (pandas)."""
+    with open_store(url) as s:
+        p = s.query("SELECT * FROM progress WHERE run_id = 'hung' AND direction = ''")
+    return p.sort_values("ts_ns").groupby(["group_id", "rank"]).tail(1).set_index("rank")
+
+
+def test_hang_page_shows_a_live_hang_from_progress_snapshots(monkeypatch, tmp_path):
+    full, live = hung_stores(tmp_path)
+    for url in (full, live):
+        at = page(monkeypatch, url, page="hang", run="hung")
+        assert "From the progress snapshots" in texts(at)
+        stall = next(e.value for e in at.error if e.value.startswith("Stalled"))
+        assert "wait (through the mesh) for rank(s) 3" in stall
+        assert any("Suspect rank(s) 3:" in e.value for e in at.error)
+        groups = at.dataframe[0].value
+        top = groups.iloc[0]
+        assert top["lagging"] == "3" and top["stuck"] != ""  # its peer waits inside
+        members = at.dataframe[1].value.set_index("rank")
+        want = latest_progress(url)
+        want = want[want["group_id"] == top["group_id"]]
+        assert set(members.index) == set(want.index)
+        for rank in members.index:  # the numbers shown are the newest snapshot's
+            assert members.loc[rank, "last entered"] == want.loc[rank, "issued_seq"]
+            assert members.loc[rank, "last completed"] == want.loc[rank, "completed_seq"]
+        stuck = int(top["stuck"].split(",")[0])
+        assert members.loc[stuck, "last entered"] == members.loc[3, "last entered"] + 1
+        assert members.loc[stuck, "last completed"] == members.loc[3, "last completed"]
+        assert "No stack dumps" in texts(at)
+        assert any("progress snapshots land" in c.value for c in at.caption)  # watched
+    # a new snapshot: rank 3 entered the op its peer waits in; the next run shows it
+    row = latest_progress(live)
+    row = row[row["group_id"] == top["group_id"]].loc[[3]].reset_index()
+    entered = int(row["issued_seq"].iloc[0]) + 1
+    with open_store(live) as s:
+        s.insert("progress", row.assign(ts_ns=row["ts_ns"] + 2 * 10**9, issued_seq=entered))
+    at.run()
+    next(b for b in at.selectbox if b.label == "Group").set_value(top["group_id"]).run()
+    members = at.dataframe[1].value.set_index("rank")
+    assert members.loc[3, "last entered"] == entered
+    with open_store(live) as s:  # the collective rows alone show nothing wrong
+        from ranksight.ui.data import hang as hang_data
+        from ranksight.ui.data.run import load_run_view
+
+        rows = hang_data.group_progress(s, load_run_view(s, "hung"))
+        assert not rows["stuck"].any()
+
+
+def test_hang_page_calls_a_run_seconds_into_a_stop_progressing(monkeypatch, tmp_path):
     from ranksight.synthetic import SynthConfig, write_synthetic
 
     url = str(tmp_path / "store")
     with open_store(url) as s:
         s.init_schema()
-        write_synthetic(
-            s,
-            SynthConfig(
-                dp=2, tp=2, pp=2, steps=8, faults=("hang:rank=3,from_step=5",), run_id="hung"
-            ),
-        )
+        cfg = SynthConfig(dp=2, tp=2, pp=2, steps=40, faults=("hang:rank=3,from_step=35",))
+        write_synthetic(s, replace(cfg, run_id="hung", tail_s=0.0))  # no snapshot since
     at = page(monkeypatch, url, page="hang", run="hung")
-    assert any("Suspect rank(s) 3:" in e.value for e in at.error)
-    assert "3" in at.dataframe[0].value.iloc[0]["lagging"].split(",")
-    assert "No stack dumps" in texts(at)
+    assert "From the progress snapshots" in texts(at)
+    assert not [e.value for e in at.error if e.value.startswith(("Stalled", "Suspect"))]
+    assert any("The run is progressing" in i.value for i in at.info) or any(
+        "no rank is behind" in x.value for x in at.success
+    )
+
+
+def test_hang_page_groups_identical_stacks_with_their_ranks(monkeypatch, tmp_path):
+    _, live = hung_stores(tmp_path)
+    waiting = "MainThread (idle): all_reduce (torch/distributed/c10d.py:2501)"
+    odd = "MainThread (active): forward (model.py:88)"
+    rows = [
+        {
+            "run_id": "hung",
+            "attempt": 0,
+            "rank": r,
+            "host": "h",
+            "pid": 100 + r,
+            "ts_ns": 10**18 + r,
+            "trigger": "no_progress",
+            "ok": 1,
+            "summary": odd if r == 3 else waiting,
+            "stack_json": "[]",
+        }
+        for r in range(8)
+    ]
+    with open_store(live) as s:
+        s.insert("stacks", pd.DataFrame(rows))
+    at = page(monkeypatch, live, page="hang", run="hung")
+    labels = [e.label for e in at.expander]
+    assert labels == ["1 ranks: 3", "7 ranks: 0,1,2,4,5,6,7"]
+    assert at.code[0].value == odd and at.code[1].value == waiting
 
 
 def test_hosts_page_plots_collector_samples(monkeypatch, tmp_path):

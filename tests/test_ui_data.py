@@ -316,3 +316,26 @@ def test_run_list_reads_the_runs_table_only(store):
 
 def raw_steps(store, run_id: str) -> pd.DataFrame:
     return store.query("SELECT * FROM steps WHERE run_id = %(r)s", {"r": run_id})
+
+
+def test_snapshots_give_each_ranks_last_entered_and_completed_and_settle_on_the_rows(store):
+    write_synthetic(
+        store, SynthConfig(**MESH, steps=8, faults=("hang:rank=3,from_step=5",), run_id="ui-hs")
+    )
+    write_synthetic(store, SynthConfig(**MESH, steps=12, run_id="ui-clean"))
+    run = load_run_view(store, "ui-hs")
+    snap = hang.load_snapshots(store, run)
+    p = store.query("SELECT * FROM progress WHERE run_id = 'ui-hs' AND direction = ''")
+    newest = p.sort_values("ts_ns").groupby(["group_id", "rank"]).tail(1)
+    got = snap.progress.merge(newest, on=["group_id", "rank"])
+    assert len(got) == len(newest) == len(snap.progress)
+    assert (got["last_entered"] == got["issued_seq"]).all()
+    assert (got["last_done"] == got["completed_seq"]).all()
+    settled, open_by_rank = hang.settle(store, run, snap)
+    assert hang.suspects(settled, open_by_rank) == [3]
+    clean = load_run_view(store, "ui-clean")
+    csnap = hang.load_snapshots(store, clean)
+    assert csnap.progress["stuck"].any()  # its last snapshot caught the last step in flight
+    settled, open_by_rank = hang.settle(store, clean, csnap)
+    assert not settled["stuck"].any() and (settled["behind"] == 0).all()
+    assert hang.suspects(settled, open_by_rank) == [] and open_by_rank.sum() == 0

@@ -6,6 +6,8 @@ hashed by its (run_id, attempt) alone: its contents are what the mark versions."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import streamlit as st
 
 from ranksight.store import Store, open_store
@@ -102,7 +104,23 @@ def slowness(url: str, run: RunView, mark: tuple, skip_steps: int):
     return mesh.slowness(_store(url), run, skip_steps)
 
 
-@st.cache_data(ttl=5, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
-def group_progress(url: str, run: RunView):
-    """``data.hang.group_progress`` (refreshed every 5 s)."""
+@st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
+def group_progress(url: str, run: RunView, mark: RunMark):
+    """``data.hang.group_progress`` (from collective rows) at watermark ``mark``."""
     return hang.group_progress(_store(url), run)
+
+
+def progress_newest(url: str, run: RunView) -> int:
+    """``data.hang.progress_newest`` (not cached: it is the key of the snapshot reads)."""
+    return hang.progress_newest(_store(url), run)
+
+
+@st.cache_data(ttl=600, show_spinner=False, max_entries=16, hash_funcs=_KEYS)
+def hang_snapshots(url: str, run: RunView, mark: RunMark, newest_ns: int):
+    """``data.hang.load_snapshots`` as of the newest snapshot ``newest_ns``, with its
+    progress and open ops settled against the collective rows (``data.hang.settle``)."""
+    snap = hang.load_snapshots(_store(url), run)
+    if snap.progress.empty:
+        return snap
+    progress, open_by_rank = hang.settle(_store(url), run, snap)
+    return replace(snap, progress=progress, open_by_rank=open_by_rank)

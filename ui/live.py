@@ -8,18 +8,22 @@ from ranksight.ui import cache
 from ranksight.ui.data.run import data_watermark
 
 
-def watch(url: str, run, mark, refresh_s: float) -> None:
+def watch(url: str, run, mark, refresh_s: float, probe=None) -> None:
     """Check the run's data version (``data.run.RunMark``) every ``refresh_s`` seconds (in
     a fragment, so only the check reruns) and rerun the whole page when it moved past
-    ``mark``."""
+    ``mark``, or when ``probe()`` (a page's own cheap check, e.g. the newest progress
+    snapshot on the Hang page: a hung run's steps stop but its snapshots go on) returns
+    something new."""
+    seen = probe() if probe is not None else None
 
     @st.fragment(run_every=refresh_s)
     def _check() -> None:
         now = data_watermark(cache.store_for(url), run.run_id, run.attempt)
-        if now != mark:
+        if now != mark or (probe is not None and probe() != seen):
             st.rerun(scope="app")
+        extra = " or progress snapshots" if probe is not None else ""
         st.caption(
-            f"live: this run is still running; the page refreshes when new steps land (checked every {refresh_s:g} s)"
+            f"live: this run has not finished; the page refreshes when new steps{extra} land (checked every {refresh_s:g} s)"
         )
 
     _check()

@@ -54,8 +54,9 @@ def main(cfg: UiConfig | None = None) -> None:
     with body, page_guard(url):
         ctx = _context(url, cfg, sel)
         VIEWS[sel.page].render(ctx)
-        if ctx.run is not None and ctx.status == "running":
-            live.watch(url, ctx.run, ctx.mark, cfg.refresh_s)
+        if ctx.run is not None and ctx.status in ("running", "hung"):
+            probe = (lambda: cache.progress_newest(url, ctx.run)) if sel.page == "hang" else None
+            live.watch(url, ctx.run, ctx.mark, cfg.refresh_s, probe)
     preload.finish(loading)
 
 

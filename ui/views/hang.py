@@ -1,27 +1,88 @@
 """Hang: per process group, the last sequence number each rank entered and completed;
-aggregated stacks (identical stacks grouped, with their rank lists) where dumped."""
+aggregated stacks (identical stacks grouped, with their rank lists) where dumped.
+
+The numbers come from the progress snapshots while a run has them (live: they show a
+hang while the stuck ops have no collective rows yet), else from the collective rows.
+"""
 
 from __future__ import annotations
 
+import time
+
+import pandas as pd
 import streamlit as st
 
+from ranksight.analyzer.hang import find_hang
 from ranksight.ui import cache
 from ranksight.ui.context import PageContext
 from ranksight.ui.data.hang import group_summary, open_ops, suspects
 from ranksight.ui.guard import NoData
+
+MEMBER_COLUMNS = {
+    "rank": "rank",
+    "last_entered": "last entered",
+    "last_done": "last completed",
+    "behind": "behind",
+    "open_ops": "open ops",
+    "last_op": "last op",
+}
 
 
 def render(ctx: PageContext) -> None:
     """The Hang page."""
     run = ctx.run
     st.header(f"Hang — {run.run_id}")
-    progress = cache.group_progress(ctx.url, run)
-    if progress.empty:
-        raise NoData(f"Run {run.run_id} has no collective records yet.")
-    named = suspects(progress, open_ops(cache.store_for(ctx.url), run))
+    snap = cache.hang_snapshots(ctx.url, run, ctx.mark, cache.progress_newest(ctx.url, run))
+    if snap.progress.empty:
+        progress = cache.group_progress(ctx.url, run, ctx.mark)
+        if progress.empty:
+            raise NoData(f"Run {run.run_id} has no progress snapshots or collective records yet.")
+        named = suspects(progress, open_ops(cache.store_for(ctx.url), run))
+        st.caption("From the collective records (this run has no progress snapshots).")
+    else:
+        progress, named = snap.progress, suspects(snap.progress, snap.open_by_rank)
+        age = (time.time_ns() - snap.newest_ns) / 1e9
+        st.caption(
+            f"From the progress snapshots each rank's hooks take every 2 s (the newest "
+            f"{_ago(age)} old, {snap.ranks} ranks reporting), raised to the collective "
+            "records where those are further."
+        )
+        stalled = _stall(ctx, snap)
+        if not stalled and ctx.status == "running":
+            named = []  # in flight, not stuck: suspects only once the run stalls
+    _verdict(ctx, progress, named)
+    summary = group_summary(progress, named)
+    st.dataframe(summary, hide_index=True, width="stretch", key="hang_groups")
+    gid = st.selectbox("Group", list(summary["group_id"]), index=0)
+    st.dataframe(member_table(progress, gid), hide_index=True, width="stretch", key="hang_members")
+    _stacks(ctx)
+
+
+def member_table(progress: pd.DataFrame, group_id: str) -> pd.DataFrame:
+    """One group's members: rank, last entered, last completed (sequence numbers),
+    behind the group's furthest, open ops, last op (and, from snapshots, the step the
+    rank is in and how old its snapshot is, s)."""
+    mine = progress[progress["group_id"] == group_id]
+    out = mine[list(MEMBER_COLUMNS)].rename(columns=MEMBER_COLUMNS)
+    if "seen_ns" in mine:
+        out["at step"] = mine["at_step"].to_numpy()
+        newest = int(progress["seen_ns"].max())
+        out["snapshot age s"] = ((newest - mine["seen_ns"]) / 1e9).round(1).to_numpy()
+    return out.reset_index(drop=True)
+
+
+def _verdict(ctx: PageContext, progress: pd.DataFrame, named: list[int]) -> None:
     summary = group_summary(progress, named)
     stuck = summary[(summary["lagging"] != "") | (summary["stuck"] != "")]
-    if stuck.empty:
+    hangs = [f for f in ctx.run.findings if f.kind == "hang"]
+    for f in hangs:  # the stored analysis, when the run was analyzed
+        st.error(f"Analysis: {f.summary}")
+    if not stuck.empty and ctx.status == "running" and not hangs and not named:
+        st.info(
+            f"The run is progressing: ranks of {len(stuck)} of {len(summary)} groups were "
+            "inside a collective at the last snapshot, which is normal mid-step."
+        )
+    elif stuck.empty:
         st.success(
             f"Every rank of all {len(summary)} groups entered and completed the same last "
             "collective: no rank is behind."
@@ -36,13 +97,35 @@ def render(ctx: PageContext) -> None:
             "collective or send/recv, so they never entered the one the others wait in. Their "
             "stacks (below) say where they are."
         )
-    st.dataframe(summary, hide_index=True, width="stretch", key="hang_groups")
-    gid = st.selectbox("Group", list(summary["group_id"]), index=0)
-    mine = progress[progress["group_id"] == gid][
-        ["rank", "last_entered", "last_done", "behind", "open_ops", "last_op"]
-    ]
-    st.dataframe(mine, hide_index=True, width="stretch", key="hang_members")
-    _stacks(ctx)
+
+
+def _stall(ctx: PageContext, snap) -> bool:
+    """The analyzer's live hang test over the snapshots (no step ended for a while
+    although snapshots keep coming; root ranks from the wait-for edges), shown if it
+    fires. Returns whether it did."""
+    report = find_hang(snap.latest, ctx.mark.last_end_ns)
+    if report is None:
+        return False
+    roots = ", ".join(map(str, report.roots)) or "none found"
+    gone = (
+        f"; snapshots stopped from rank(s) {', '.join(map(str, report.gone))}"
+        if report.gone
+        else ""
+    )
+    st.error(
+        f"Stalled: no step ended for {report.stalled_s:.0f} s while snapshots kept coming. "
+        f"{len(report.blocked)} rank(s) blocked in an op; they wait (through the mesh) for "
+        f"rank(s) {roots}{gone}."
+    )
+    return True
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return f"{max(seconds, 0):.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _stacks(ctx: PageContext) -> None:
@@ -56,6 +139,10 @@ def _stacks(ctx: PageContext) -> None:
     if groups.empty:
         st.info("No stack dumps for this run (the agent takes them when progress stops).")
         return
+    st.caption(
+        f"{len(groups)} distinct stack(s) over {int(groups['n_ranks'].sum())} ranks; "
+        "fewest ranks first (in a hang the odd group out holds the suspects)."
+    )
     for g in groups.itertuples():
         with st.expander(f"{g.n_ranks} ranks: {g.ranks}"):
             st.code(g.stack, language=None)
