@@ -141,20 +141,23 @@ def ab(a: argparse.Namespace) -> None:
         opt.step()
         opt.zero_grad(set_to_none=False)
 
-    def attach():
+    def attach(device_timing: bool):
         return trainer_hooks.attach(
             mesh={"dp": rank, "tp": 0, "pp": 0},
             mesh_shape={"dp": world, "tp": 1, "pp": 1},
             spool_dir=a.spool,
             run_id=f"ab-{time.time_ns()}",
+            device_timing=device_timing,
         )
 
-    times: dict[str, list[float]] = {"off": [], "default": []}
-    per_op: dict[str, list[float]] = {"off": [], "default": []}
+    levels = ("off", "default", "no_cuda_events")
+    times: dict[str, list[float]] = {k: [] for k in levels}
+    per_op: dict[str, list[float]] = {k: [] for k in levels}
     small = torch.ones(1024, device=dev)
     for block in range(a.blocks):
-        for level in ("off", "default") if block % 2 == 0 else ("default", "off"):
-            hooks = attach() if level == "default" else None
+        k = block % len(levels)
+        for level in levels[k:] + levels[:k]:
+            hooks = attach(level == "default") if level != "off" else None
             for i in range(a.block_steps):
                 ctx = hooks.step(i) if hooks is not None else contextlib.nullcontext()
                 torch.cuda.synchronize()
@@ -177,7 +180,7 @@ def ab(a: argparse.Namespace) -> None:
         op = {k: statistics.median(v) for k, v in per_op.items()}
         doc = {
             "step_ms": {k: round(v * 1e3, 3) for k, v in med.items()},
-            "ratio": round(med["default"] / med["off"], 4),
+            "ratio": {k: round(med[k] / med["off"], 4) for k in levels},
             "steps": {k: len(v) for k, v in times.items()},
             "per_collective_us": {k: round(v * 1e6, 1) for k, v in op.items()},
             "collectives_per_step": len(params),

@@ -63,7 +63,7 @@ def test_anchor_maps_device_times_onto_the_host_clock():
 def test_records_wait_for_their_events_and_come_out_with_device_times_in_order():
     cuda = FakeCuda()
     out: list[dict] = []
-    timer = DeviceTimer(out.append, DeviceClock(cuda))
+    timer = DeviceTimer(out.append, DeviceClock(cuda), prealloc=0)
     base = timer.clock.anchor.t
     recs = [{"op": "all_reduce", "start_ns": 1, "end_ns": 2, "enqueue_ns": 1} for _ in range(3)]
     events = []
@@ -92,7 +92,7 @@ def test_records_wait_for_their_events_and_come_out_with_device_times_in_order()
 def test_an_op_never_waited_on_and_unfinished_events_leave_with_host_times():
     cuda = FakeCuda()
     out: list[dict] = []
-    timer = DeviceTimer(out.append, DeviceClock(cuda), max_pending=2)
+    timer = DeviceTimer(out.append, DeviceClock(cuda), max_pending=2, prealloc=0)
     never = {"op": "all_gather", "start_ns": 7, "end_ns": 8}
     cuda.next_at.append(0)
     timer.start(never)
@@ -125,7 +125,7 @@ def test_an_async_work_ends_at_its_start_plus_its_own_device_duration(monkeypatc
     monkeypatch.setenv("TORCH_NCCL_ENABLE_TIMING", "1")
     cuda = FakeCuda()
     out: list[dict] = []
-    timer = DeviceTimer(out.append, DeviceClock(cuda))
+    timer = DeviceTimer(out.append, DeviceClock(cuda), prealloc=0)
     rec = {"op": "all_reduce", "start_ns": 1, "end_ns": 2}
     cuda.next_at.append(timer.clock.anchor.t + 10_000)
     timer.start(rec)
@@ -137,3 +137,18 @@ def test_an_async_work_ends_at_its_start_plus_its_own_device_duration(monkeypatc
     assert timer.resolve() == 1
     start = timer.clock.anchor_ns + 10_000
     assert (out[0]["start_ns"], out[0]["end_ns"]) == (start, start + 250_000)
+
+
+def test_events_are_made_ahead_and_reused_once_read():
+    cuda = FakeCuda()
+    out: list[dict] = []
+    timer = DeviceTimer(out.append, DeviceClock(cuda), prealloc=4)
+    made = list(timer._free)
+    assert len(made) == 4
+    rec = {"op": "all_reduce", "start_ns": 0, "end_ns": 0}
+    cuda.next_at += [timer.clock.anchor.t + 10, timer.clock.anchor.t + 20]
+    timer.start(rec)
+    timer.end(rec)
+    _, start, end = timer._pending[-1]
+    assert start in made and end in made  # no event made on the training thread
+    assert timer.resolve() == 1 and len(timer._free) == 4  # both back in the pool

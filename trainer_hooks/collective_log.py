@@ -35,8 +35,17 @@ def tensors_of(x: Any) -> list[torch.Tensor]:
     return []
 
 
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
 def sizes_of(x: Any) -> tuple[int, int, str]:
     """(element count, bytes, dtype name) over every tensor in ``x``."""
+    if isinstance(x, torch.Tensor):  # the common case, without building a list
+        n = x.numel()
+        name = _DTYPE_NAMES.get(x.dtype)
+        if name is None:
+            name = _DTYPE_NAMES[x.dtype] = str(x.dtype).removeprefix("torch.")
+        return n, n * x.element_size(), name
     ts = tensors_of(x)
     if not ts:
         return 0, 0, ""

@@ -88,6 +88,7 @@ class DeviceTimer:
         max_pending: int = 8192,
         anchor_every_s: float = 2.0,
         poll_s: float = 0.2,
+        prealloc: int = 512,
     ) -> None:
         self.emit = emit
         self.clock = clock
@@ -103,6 +104,10 @@ class DeviceTimer:
         self._lock = threading.Lock()
         self._event_type = type(self.cuda.Event(enable_timing=True))
         self._free: collections.deque[Any] = collections.deque()
+        for _ in range(prealloc):  # created (and their CUDA events made) off the hot path
+            ev = self.cuda.Event(enable_timing=True)
+            ev.record(clock.stream)
+            self._free.append(ev)
         """Events whose times were read: reused (creating one costs more than recording)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
