@@ -27,7 +27,7 @@ frame is only ever incomplete at the end of a segment whose writer is still writ
 (or died mid-write: then it is rejected as truncated).
 
 The encoder costs about 1 µs of the writer thread per 16-column record on the 2-core
-test VM, against about 3 µs for ``json.dumps`` (``bench/hooks_overhead.py --writer``).
+test VM, against about 3 µs for ``json.dumps`` (``bench/spool_writer.py``).
 """
 
 from __future__ import annotations
