@@ -41,6 +41,7 @@ from ranksight.reference_trainer.config import (
 from ranksight.reference_trainer.data import ByteWindowSampler
 from ranksight.reference_trainer.fault_runtime import FaultRuntime
 from ranksight.reference_trainer.faults import faults_ground_truth, parse_faults
+from ranksight.reference_trainer.flops import flops_meta
 from ranksight.reference_trainer.inject import StepClock
 from ranksight.reference_trainer.layout import coords_of
 from ranksight.reference_trainer.model import count_params, stage_layers
@@ -169,7 +170,11 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> Trainer:
     """
     rank, shape = dist.get_rank(), mesh_shape_of(cfg)
     coords = coords_of(rank, shape)
-    meta = {"config": cfg.to_record(), "faults": faults_ground_truth(cfg.faults, shape)}
+    meta = {
+        "config": cfg.to_record(),
+        "faults": faults_ground_truth(cfg.faults, shape),
+        **flops_meta(cfg.model, device.type, _device_name(device), cfg.dtype),
+    }
     clock = StepClock()
     faults = FaultRuntime(cfg.faults, rank=rank, shape=shape, clock=clock, device=device)
     faults.enter_below_hooks()
@@ -198,6 +203,10 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> Trainer:
         clock=clock,
         faults=faults,
     )
+
+
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
 def train_step(t: Trainer, step: int) -> StepResult:

@@ -101,6 +101,40 @@ def test_overview_shows_step_time_and_the_finding_with_its_evidence(monkeypatch,
     ]
 
 
+def test_overview_shows_the_achieved_model_flops_of_the_demo_and_says_why_no_mfu(
+    monkeypatch, tmp_path_factory
+):
+    from ranksight.analyzer.queries import resolve_attempt
+    from ranksight.reference_trainer.config import ModelConfig
+    from ranksight.reference_trainer.flops import model_flops_per_token
+
+    run = demo_run(tmp_path_factory)
+    with open_store(run.store) as s:
+        meta = json.loads(resolve_attempt(s, run.run_id, None)[0]["meta_json"])
+        steps = s.query(
+            "SELECT step, dp, start_ns, end_ns, tokens FROM steps ALL INNER JOIN "
+            "(SELECT rank, any(dp) AS dp FROM ranks WHERE run_id = %(r)s GROUP BY rank) AS k "
+            "USING (rank) WHERE run_id = %(r)s",
+            {"r": run.run_id},
+        )
+    per_token = model_flops_per_token(ModelConfig(**meta["config"]["model"]))
+    assert meta["model_flops_per_token"] == per_token and meta["peak_flops_per_rank"] is None
+    wall = steps.groupby("step").agg(a=("start_ns", "min"), b=("end_ns", "max"))
+    tokens = steps.groupby(["step", "dp"])["tokens"].max().groupby("step").sum()
+    tflops = (tokens / ((wall["b"] - wall["a"]) / 1e9) * per_token / 1e12).iloc[1:].median()
+    at = page(monkeypatch, run.store, page="overview", run=run.run_id)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["model TFLOP/s"] == f"{tflops:.4g}"
+    note = next(c.value for c in at.caption if c.value.startswith("Model FLOPs"))
+    assert f"{per_token / 1e6:,.2f} MFLOP per token" in note and "PaLM" in note
+    assert f"Achieved {tflops:.4g} TFLOP/s" in note and "MFU: not shown" in note
+    assert "cpu" in note  # why: the peak FLOP/s of a CPU rank is not recorded
+    trace = next(
+        t for t in chart_spec(at, "overview_chart")["data"] if t["name"] == "model TFLOP/s"
+    )
+    assert trace["yaxis"] == "y3"  # second axis of the throughput panel
+
+
 def test_heatmap_draws_every_rank_and_step_with_the_stored_numbers(monkeypatch, stored):
     at = page(monkeypatch, stored.store, page="heatmap", run=stored.run_id, order="rank")
     trace = chart_spec(at, "heatmap_chart")["data"][0]
@@ -395,6 +429,57 @@ def test_empty_store_unknown_run_and_run_without_data_get_a_message(monkeypatch,
 
 def chart_keys(at: AppTest) -> list[str]:
     return [str(getattr(el, "key", None) or el.proto.id) for el in at.get("plotly_chart")]
+
+
+ALL_PAGES = ("runs", "overview", "heatmap", "timeline", "mesh", "hang", "hosts")
+
+
+def fresh_run(url: str) -> None:
+    """A run row with nothing else yet (a job that just started)."""
+    with open_store(url) as s:
+        s.init_schema()
+        s.insert(
+            "runs",
+            pd.DataFrame(
+                [
+                    {
+                        "run_id": "fresh",
+                        "attempt": 0,
+                        "created_ns": 1,
+                        "updated_ns": 1,
+                        "status": "running",
+                        "world_size": 4,
+                        "dp": 4,
+                        "tp": 1,
+                        "pp": 1,
+                    }
+                ]
+            ),
+        )
+
+
+@pytest.mark.parametrize("name", ALL_PAGES)
+def test_every_page_explains_an_empty_missing_or_down_store_and_an_unknown_or_new_run(
+    monkeypatch, tmp_path, name
+):
+    url = str(tmp_path / "store")
+    shown = texts(page(monkeypatch, url, page=name, run="fresh"))  # nothing written yet
+    assert f"No store at {url} yet" in shown, shown
+    with open_store(url) as s:
+        s.init_schema()
+    shown = texts(page(monkeypatch, url, page=name, run="fresh"))
+    assert "No runs in this store yet" in shown and "ranksight demo --store" in shown, shown
+    fresh_run(url)
+    at = page(monkeypatch, url, page=name, run="fresh")
+    if name != "runs":
+        shown = texts(at)
+        assert "has no" in shown or "No collector data" in shown, shown
+        shown = texts(page(monkeypatch, url, page=name, run="nope"))
+        assert "unknown run 'nope'" in shown and "fresh" in shown, shown  # names what exists
+    down = "clickhouse://127.0.0.1:1/ranksight"
+    at = page(monkeypatch, down, page=name, run="fresh")
+    assert any("The store is unavailable" in e.value and "127.0.0.1:1" in e.value for e in at.error)
+    assert chart_keys(at) == []
 
 
 def test_store_down_and_bad_url_parameters_get_a_message(monkeypatch, tmp_path):

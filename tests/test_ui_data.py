@@ -158,6 +158,10 @@ def test_mfu_from_recorded_flops():
     got = overview.mfu(pd.Series([1e5]), meta, 4)
     assert got.iloc[0] == pytest.approx(1e5 * 6e9 / (4 * 1e15))
     assert overview.mfu(pd.Series([1.0]), "{}", 4).isna().all()
+    cpu = '{"model_flops_per_token": 6e9, "peak_flops_per_rank": null}'
+    assert overview.mfu(pd.Series([1e5]), cpu, 4).isna().all()  # peak unknown: no MFU
+    assert overview.achieved_tflops(pd.Series([1e5]), cpu).iloc[0] == pytest.approx(6e14 / 1e12)
+    assert overview.flops_of("not json") == (None, None)
 
 
 def test_timeline_rows_of_one_step_and_the_late_arriver(synth_store):

@@ -1,9 +1,11 @@
 """The run overview's series: step time and throughput per step, binned to the screen.
 
 Tokens per step: the sum over data-parallel replicas of the largest token count any rank
-of that replica reported (a replica's TP and PP ranks see the same tokens). MFU needs the
-model FLOPs per token and the peak FLOP/s of one rank, which a run can record in its
-meta (``model_flops_per_token``, ``peak_flops_per_rank``); without them it is not shown.
+of that replica reported (a replica's TP and PP ranks see the same tokens). A run that
+records its model FLOPs per token in its meta (``model_flops_per_token``; the reference
+trainer does, by PaLM's 6N + 12LHQT) gets the achieved model FLOP/s; one that also
+records the peak FLOP/s of a rank (``peak_flops_per_rank``, known for datasheet GPUs,
+not for CPUs) gets MFU.
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ STEP_COUNT = f"SELECT uniqExact(step) AS n, max(step) AS hi FROM steps WHERE {RU
 def step_series(store: Store, run: RunView, max_points: int = 1000) -> pd.DataFrame:
     """One row per bin of steps (at most ``max_points``): first_step, n_steps, step_ms
     (mean wall time of a step: first start to last end over all ranks), slowest_rank_ms
-    (the largest step time of one rank), tokens_per_s, and
-    mfu (fraction, NaN unless the run recorded its FLOPs, see the module doc).
+    (the largest step time of one rank), tokens_per_s, tflops (achieved model TFLOP/s
+    of the job) and mfu (fraction): NaN unless the run recorded its FLOPs (module doc).
     Empty if the run has no steps yet. Raises StoreError."""
     got = store.query(STEP_COUNT, run.params)
     if got.empty or int(got["n"].iloc[0]) == 0:
@@ -71,34 +73,51 @@ def step_series(store: Store, run: RunView, max_points: int = 1000) -> pd.DataFr
             / (frame["wall_sum"].astype(float) / 1e9).where(frame["wall_sum"] > 0),
         }
     )
-    out["mfu"] = mfu(out["tokens_per_s"], run.row.get("meta_json", ""), run.row.get("world_size"))
+    meta = run.row.get("meta_json", "")
+    out["tflops"] = achieved_tflops(out["tokens_per_s"], meta)
+    out["mfu"] = mfu(out["tokens_per_s"], meta, run.row.get("world_size"))
     return out
 
 
 _COLUMNS = ["first_step", "n_steps", "step_ms", "slowest_rank_ms"]
-_COLUMNS += ["tokens_per_s", "mfu"]
+_COLUMNS += ["tokens_per_s", "tflops", "mfu"]
 
 
-def flops_of(meta_json: str) -> tuple[float, float] | None:
-    """(model FLOPs per token, peak FLOP/s per rank) from a run's meta, or None if either
-    is missing or not a positive number."""
+def flops_of(meta_json: str) -> tuple[float | None, float | None]:
+    """(model FLOPs per token, peak FLOP/s per rank) from a run's meta; each None when
+    missing or not a positive number."""
     try:
         meta = json.loads(meta_json or "{}")
     except ValueError:
-        return None
+        return None, None
+    if not isinstance(meta, dict):
+        return None, None
+    return _positive(meta.get("model_flops_per_token")), _positive(meta.get("peak_flops_per_rank"))
+
+
+def _positive(value) -> float | None:
     try:
-        per_token = float(meta.get("model_flops_per_token", 0))
-        peak = float(meta.get("peak_flops_per_rank", 0))
+        got = float(value)
     except (TypeError, ValueError):
         return None
-    return (per_token, peak) if per_token > 0 and peak > 0 else None
+    return got if got > 0 and math.isfinite(got) else None
+
+
+def achieved_tflops(tokens_per_s: pd.Series, meta_json: str) -> pd.Series:
+    """Model TFLOP/s of the whole job per point: tokens/s x model FLOPs per token / 1e12.
+    NaN without FLOPs per token."""
+    per_token, _ = flops_of(meta_json)
+    if per_token is None:
+        return pd.Series(float("nan"), index=tokens_per_s.index)
+    return tokens_per_s * per_token / 1e12
 
 
 def mfu(tokens_per_s: pd.Series, meta_json: str, world_size) -> pd.Series:
     """Model FLOPs utilization per point: tokens/s x FLOPs per token / (world size x
-    peak FLOP/s per rank) (PaLM, Chowdhery et al. 2022, appendix B). NaN without FLOPs."""
-    flops = flops_of(meta_json)
+    peak FLOP/s per rank) (PaLM, Chowdhery et al. 2022, appendix B). NaN unless both
+    FLOPs are recorded."""
+    per_token, peak = flops_of(meta_json)
     world = int(world_size or 0)
-    if flops is None or world <= 0:
+    if per_token is None or peak is None or world <= 0:
         return pd.Series(float("nan"), index=tokens_per_s.index)
-    return tokens_per_s * flops[0] / (world * flops[1])
+    return tokens_per_s * per_token / (world * peak)

@@ -12,10 +12,12 @@ SVG node each: 1,000 of them cost the browser about 100 ms, bench/RESULTS.md).""
 
 
 def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> go.Figure:
-    """Top: step wall time and the slowest rank's step time (ms); bottom: tokens/s (and
-    MFU on a second axis where known). ``onsets`` maps culprit rank -> onset step, drawn
-    as dashed lines. Trace 0 is the step time (one point per step bin)."""
+    """Top: step wall time and the slowest rank's step time (ms); bottom: tokens/s and,
+    on a second axis, MFU (%) where known, else the achieved model TFLOP/s where the
+    FLOPs per token are known. ``onsets`` maps culprit rank -> onset step, drawn as
+    dashed lines. Trace 0 is the step time (one point per step bin)."""
     has_mfu = series["mfu"].notna().any()
+    has_tflops = not has_mfu and "tflops" in series and series["tflops"].notna().any()
     fig = make_subplots(
         rows=2,
         cols=1,
@@ -24,7 +26,8 @@ def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> go.Figure:
         specs=[[{}], [{"secondary_y": True}]],
         subplot_titles=(
             "step time (ms)",
-            "throughput (tokens/s)" + (" and MFU" if has_mfu else ""),
+            "throughput (tokens/s)"
+            + (" and MFU" if has_mfu else " and model TFLOP/s" if has_tflops else ""),
         ),
     )
     x = series["first_step"]
@@ -46,13 +49,9 @@ def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> go.Figure:
         row=2,
         col=1,
     )
-    if has_mfu:
-        fig.add_trace(
-            go.Scatter(x=x, y=series["mfu"] * 100, name="MFU %", mode="lines"),
-            row=2,
-            col=1,
-            secondary_y=True,
-        )
+    if has_mfu or has_tflops:
+        y, name = (series["mfu"] * 100, "MFU %") if has_mfu else (series["tflops"], "model TFLOP/s")
+        fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines"), row=2, col=1, secondary_y=True)
     for rank, step in onsets.items():
         fig.add_vline(
             x=step,

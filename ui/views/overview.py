@@ -3,12 +3,15 @@ with its evidence and links to the heatmap, timeline and mesh that show it."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import streamlit as st
 
 from ranksight.analyzer import Finding
 from ranksight.ui import cache
 from ranksight.ui.context import PageContext, link_button
+from ranksight.ui.data.overview import flops_of
 from ranksight.ui.figures.overview import overview_figure
 from ranksight.ui.guard import NoData
 
@@ -27,23 +30,61 @@ def render(ctx: PageContext) -> None:
         if f.culprit_rank >= 0
     }
     st.plotly_chart(overview_figure(series, onsets), width="stretch", key="overview_chart")
-    if series["mfu"].isna().all():
-        st.caption(
-            "MFU: not shown (the run recorded no model FLOPs per token and peak FLOP/s per rank)."
-        )
+    st.caption(_flops_note(ctx, series))
     _findings(ctx)
 
 
+def _flops_note(ctx: PageContext, series: pd.DataFrame) -> str:
+    """How the run's model FLOPs are known, and what is shown for them."""
+    per_token, peak = flops_of(ctx.run.row.get("meta_json", ""))
+    if per_token is None:
+        return "MFU: not shown (the run recorded no model FLOPs per token)."
+    meta = _meta(ctx)
+    how = meta.get("model_flops_formula") or "as the run recorded it"
+    text = f"Model FLOPs: {per_token / 1e6:,.2f} MFLOP per token ({how})."
+    if peak is None:
+        why = meta.get("peak_flops_source") or "unknown"
+        tail = _tail(ctx, series)
+        world = int(ctx.run.row.get("world_size") or len(ctx.run.ranks) or 1)
+        if len(tail):
+            tf = tail["tflops"].median()
+            text += f" Achieved {tf:.4g} TFLOP/s ({1000 * tf / world:.4g} GFLOP/s per rank)."
+        return text + f" MFU: not shown, the peak FLOP/s per rank is {why}."
+    return (
+        text
+        + f" MFU against {peak / 1e12:,.1f} TFLOP/s per rank ({_meta(ctx).get('peak_flops_source', 'recorded')})."
+    )
+
+
+def _meta(ctx: PageContext) -> dict:
+    try:
+        got = json.loads(ctx.run.row.get("meta_json") or "{}")
+    except ValueError:
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+def _tail(ctx: PageContext, series: pd.DataFrame) -> pd.DataFrame:
+    """The series after the warm-up steps (all of it when that is all there is)."""
+    return series.iloc[ctx.cfg.skip_steps :] if len(series) > ctx.cfg.skip_steps else series
+
+
 def _headline(ctx: PageContext, series: pd.DataFrame) -> None:
-    run, cols = ctx.run, st.columns(6)
+    run, cols = ctx.run, st.columns(7)
     shape = run.shape
     cols[0].metric("status", ctx.status or str(run.row.get("status")))
     cols[1].metric("world size", int(run.row.get("world_size") or len(run.ranks)))
     cols[2].metric("mesh dp x tp x pp", f"{shape['dp']} x {shape['tp']} x {shape['pp']}")
     cols[3].metric("steps", len(series) and int(series["n_steps"].sum()))
-    tail = series.iloc[ctx.cfg.skip_steps :] if len(series) > ctx.cfg.skip_steps else series
+    tail = _tail(ctx, series)
     cols[4].metric("median step", f"{tail['step_ms'].median():.0f} ms" if len(tail) else "-")
     cols[5].metric("tokens/s", f"{tail['tokens_per_s'].median():,.0f}" if len(tail) else "-")
+    if len(tail) and tail["mfu"].notna().any():
+        cols[6].metric("MFU", f"{100 * tail['mfu'].median():.1f}%")
+    elif len(tail) and tail["tflops"].notna().any():
+        cols[6].metric("model TFLOP/s", f"{tail['tflops'].median():.4g}")
+    else:
+        cols[6].metric("MFU", "-")
 
 
 def _findings(ctx: PageContext) -> None:
