@@ -31,6 +31,8 @@ import re
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -283,6 +285,7 @@ def run_launch(cfg: LaunchConfig, say=print) -> int:
             "pid": os.getpid(), "level": cfg.level, "auto_attach": cfg.auto_attach}  # fmt: skip
     signals = _Signals()
     agent = None
+    log_path = ""
     try:
         if cfg.agent == "auto" and not agent_running(spool, store_url):
             os.makedirs(cfg.home, exist_ok=True)
@@ -296,11 +299,15 @@ def run_launch(cfg: LaunchConfig, say=print) -> int:
         error = record_status(store_url, status_row(run_id, 0, "running", meta), tries=1)
         if error:
             say(f"ranksight launch: warning: run status not recorded yet: {error}")
-        proc = subprocess.Popen(list(cfg.command), env=child_env)
+        os.makedirs(cfg.home, exist_ok=True)
+        log_path = os.path.join(cfg.home, f"launch-{run_id}-node{node}.stderr")
+        proc = subprocess.Popen(list(cfg.command), env=child_env, stderr=subprocess.PIPE)
+        tee = _tee(proc.stderr, log_path)
         signals.proc = proc
         if signals.received is not None:  # a signal before the job existed
             proc.send_signal(signal.SIGTERM)
         code = _wait(proc, signals, cfg.grace_s)
+        tee.join(10)
     except FileNotFoundError as exc:
         say(f"ranksight launch: error: cannot run {cfg.command[0]!r}: {exc.strerror}")
         code = 127
@@ -310,11 +317,52 @@ def run_launch(cfg: LaunchConfig, say=print) -> int:
     meta.update(exit_code=code, signal=signals.received, ended_ns=time.time_ns())
     row = status_row(run_id, latest_attempt(spool, run_id), status, meta)
     error = record_status(store_url, row, since_ns=started_ns)
+    if code != 0 and log_path:
+        _record_failures(store_url, run_id, row["attempt"], log_path, say)
     if agent is not None:
         launch.stop(agent)
     say(f"ranksight launch: run {run_id} {status} (exit code {code})"
         + (f"; status NOT recorded: {error}" if error else ""))  # fmt: skip
     return 128 + signals.received if signals.received else code
+
+
+def _tee(stream, path: str) -> threading.Thread:
+    """Copy the job's stderr to ours as it comes and to ``path`` (torchrun's failure
+    summary is read from it afterwards); a thread, so the job never waits on us."""
+
+    def copy() -> None:
+        out = getattr(sys.stderr, "buffer", None)
+        with open(path, "wb") as log:
+            for line in iter(stream.readline, b""):
+                log.write(line)
+                try:
+                    if out is not None:
+                        out.write(line)
+                        out.flush()
+                except (OSError, ValueError):
+                    out = None  # our stderr is gone: keep the log
+        stream.close()
+
+    t = threading.Thread(target=copy, name="ranksight-launch-tee", daemon=True)
+    t.start()
+    return t
+
+
+def _record_failures(store_url: str, run_id: str, attempt: int, log_path: str, say) -> None:
+    """torchrun's failure summary (exit codes, the root cause) as ``rank_ends`` rows."""
+    from ranksight.store import StoreError, open_store
+    from ranksight.torchrun_log import record_failures
+
+    try:
+        with open_store(store_url) as store:
+            failures = record_failures(store, run_id, log_path, attempt)
+    except (StoreError, ValueError, OSError) as e:
+        say(f"ranksight launch: warning: ranks' exit codes not recorded: {e}")
+        return
+    root = [f for f in failures if f["root_cause"]]
+    if root:
+        f = root[0]
+        say(f"ranksight launch: rank {f['rank']} failed first (exit code {f['exitcode']})")
 
 
 def _wait(proc: subprocess.Popen, signals: _Signals, grace_s: float) -> int:

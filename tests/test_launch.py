@@ -149,6 +149,16 @@ def test_failed_job_reusing_a_running_agent(tmp_path, clickhouse_db_url):
         assert "the node's agent" in out and "a new agent" not in out
         run_id = _run_id(out)
         assert _status(clickhouse_db_url, run_id) == "failed"
+        assert "ranksight launch: rank 1 failed first (exit code 1)" in out
+        assert "injected failure at step 2" in out  # the job's stderr still reaches ours
+        with open_store(clickhouse_db_url) as s:
+            ends = s.query(
+                "SELECT rank, code, detail FROM rank_ends WHERE run_id = %(r)s "
+                "AND source = 'launcher' ORDER BY rank",
+                {"r": run_id},
+            )
+        root = ends[ends["detail"].str.startswith("root cause")]
+        assert list(root["rank"]) == [1] and list(root["code"]) == [1]
         deadline = time.monotonic() + 30  # the running agent ships the job's records
         while time.monotonic() < deadline:
             with open_store(clickhouse_db_url) as s:
