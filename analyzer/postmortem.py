@@ -78,13 +78,17 @@ def never_entered(latest: pd.DataFrame, with_evidence: set[int]) -> tuple[dict[i
                 else:
                     undecided.setdefault(gid, []).append(m)
         waiting = sorted(r for r, n in issued.items() if n == top)
-        done = rows.loc[rows["issued"] == top, "completed"]
+        at_top = rows[rows["issued"] == top]
+        done = at_top["completed"]
         stuck_at = int(done.min()) + 1 if len(done) else 0  # the op the others wait in
+        last_ops = {str(o) for o in at_top["op"] if str(o)}
+        top_op = last_ops.pop() if len(last_ops) == 1 else ""
         for r, n in issued.items():
             seq = max(n + 1, stuck_at)
+            op = top_op if seq == top else ""  # known where it is the waiters' last issued
             if n < top and (r not in out or out[r]["seq"] > seq):
-                out[r] = {"group_id": gid, "seq": seq, "issued": n, "others_issued": top,
-                          "waiting": waiting}  # fmt: skip
+                out[r] = {"group_id": gid, "seq": seq, "op": op, "issued": n,
+                          "others_issued": top, "waiting": waiting}  # fmt: skip
     return out, undecided
 
 
@@ -156,10 +160,16 @@ def postmortem_findings(
             stack = stack_of.pop(r, None)
             cause = stack["cause"] if stack else "stuck"
             got = f"issued up to #{e['issued']}" if e["issued"] >= 0 else "reported none of it"
+            waiting = e["waiting"]
+            who = (
+                f"rank {waiting[0]} is blocked in it"
+                if len(waiting) == 1
+                else f"ranks {waiting} are blocked in it"
+            )
             summary = (
-                f"rank {r} never entered op #{e['seq']} of {e['group_id']} ({got}, "
-                f"the others up to #{e['others_issued']}); ranks {e['waiting']} "
-                "wait in it" + (f"; its stack: {stack['stack']}" if stack else "")
+                f"rank {r} never entered {e['op'] or 'op'} #{e['seq']} of {e['group_id']} "
+                f"({got}, the others up to #{e['others_issued']}); {who}"
+                + (f"; its stack: {stack['stack']}" if stack else "")
             )
             findings.append(_finding(r, coords, cause, summary, {**e, "stack": stack}, 0.8))
     for r, s in sorted(stack_of.items()):

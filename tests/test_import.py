@@ -150,6 +150,44 @@ def test_gloo_hang_flight_recorder(chdb) -> None:
     assert (f.kind, f.culprit_rank, f.cause) == ("hang", 1, "stuck")
 
 
+FR_NCCL = os.path.join(HERE, "data", "fr", "nccl_h200x2")
+
+
+def test_nccl_timeout_dumps_rank_that_never_joined(chdb, tmp_path) -> None:
+    """Dumps NCCL's watchdog wrote at a timeout on 2x H200 (schema 2.10): the default
+    group mixes collectives and send/recv, so pg_status counts in both sequences (rank 0:
+    enqueued 873, completed 97); the entries say rank 1 never issued all_reduce #873."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for r in (0, 1):
+        shutil.copy(os.path.join(FR_NCCL, f"nccl_trace_rank_{r}.gz"), folder)
+    _, analysis = run(chdb, str(folder))
+    (f,) = analysis.findings
+    assert (f.kind, f.culprit_rank) == ("hang", 1)
+    e = f.evidence
+    assert (e["seq"], e["op"], e["issued"], e["waiting"]) == (873, "all_reduce", 872, [0])
+    assert "rank 0 is blocked in it" in f.summary
+    p = chdb.query(
+        "SELECT rank, direction, issued_seq, completed_seq FROM progress "
+        "WHERE run_id = 'r' AND group_id = 'default_pg[0,1]' ORDER BY rank, direction"
+    )
+    got = [tuple(int(x) if i != 1 else x for i, x in enumerate(row)) for row in p.values]
+    assert got == [(0, "", 873, 872), (0, "p2p", 97, 97), (1, "", 872, 872), (1, "p2p", 97, 97)]
+
+
+def test_nccl_healthy_dumps_no_finding(chdb, tmp_path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name in ("train_rank0.pkl.gz", "train_rank1.json.gz"):
+        shutil.copy(os.path.join(FR_NCCL, name), folder)
+    result, analysis = run(chdb, str(folder))
+    assert [(f.kind, f.rank) for f in result.imported] == [
+        ("flight_recorder", 0),
+        ("flight_recorder", 1),
+    ]
+    assert analysis.findings == []
+
+
 def test_gloo_slow_kineto_and_fr_mixed(chdb) -> None:
     result, analysis = run(chdb, os.path.join(DATA, "gloo_slow"))
     assert {f.kind for f in result.files} == {"kineto", "flight_recorder"}

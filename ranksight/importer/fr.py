@@ -2,7 +2,8 @@
 ``fr_entries``, :mod:`ranksight.collectors.fr_ingest`), plus what the analyzer reads:
 
 - ``progress``: per rank and process group, the last enqueued and completed sequence
-  number (the dump's ``pg_status``), group members from ``pg_config``. ``pg_status`` is
+  number (from the group's entries, else the dump's ``pg_status``:
+  :func:`group_progress`), group members from ``pg_config``. ``pg_status`` is
   keyed by pg id and ``pg_config`` by pg name; the entries pair the two where present,
   and the creation order pairs the rest (both count up as groups are created).
 - ``collectives``: one row per non-P2P entry at its (group, sequence), with op, dtype and
@@ -12,8 +13,10 @@
 Dumps whose ``pg_config`` lists no members (gloo) leave ``group_ranks`` empty;
 :func:`fill_members` then takes every imported rank as a member.
 
-Groups whose ops are P2P (pipeline groups: send/recv entries, or a description naming
-the pipeline) get ``direction = "p2p"``: their members do not issue in lockstep.
+A group's send/recv ops get a progress row of their own (``direction = "p2p"``, in P2P
+sequence numbers): members do not issue them in lockstep. Its collectives keep the
+collective row (direction ""), also in a group that mixes both (DDP's default group with
+a send), so a hang there is still found.
 """
 
 from __future__ import annotations
@@ -65,10 +68,9 @@ def rows_of(dump: FrDump, host: str, ts_ns: int) -> Rows:
     world = parse_ranks(_config(dump, "0").get("ranks", ""))
     out.add("ranks", {"rank": rank, "world_size": len(world), "host": host, "backend": "",
                       "dp": -1, "tp": -1, "pp": -1, "start_ns": 0})  # fmt: skip
-    p2p_pgs = {e["pg_name"] for e in dump.entries if e["is_p2p"]}
-    last_op = {}
+    by_pg: dict[str, list[dict]] = {}
     for e in dump.entries:
-        last_op[e["pg_name"]] = e["op"]
+        by_pg.setdefault(e["pg_name"], []).append(e)
     descs = {str(e["pg_id"]): (e["pg_name"], e["pg_desc"]) for e in dump.entries}
     for pid, name in (
         pg_names(dump) or {i: descs[i][0] for i in dump.pg_status if i in descs}
@@ -76,15 +78,16 @@ def rows_of(dump: FrDump, host: str, ts_ns: int) -> Rows:
         status, cfg = dump.pg_status.get(pid) or {}, _config(dump, name)
         members = parse_ranks(cfg.get("ranks", ""))  # [] (gloo dumps): filled in by the caller
         desc = str(cfg.get("desc") or descs.get(pid, ("", ""))[1] or name)
-        p2p = name in p2p_pgs or "PIPELINE" in desc.upper()
-        out.add(
-            "progress",
-            {"rank": rank, "ts_ns": ts_ns, "step": -1, "group_id": group_id(desc, members),
-             "group_ranks": ranks_text(members), "direction": "p2p" if p2p else "", "peer": -1,
-             "issued_seq": int(status.get("last_enqueued_collective", -1)),
-             "completed_seq": int(status.get("last_completed_collective", -1)),
-             "last_op": norm_op(last_op.get(name, "")), "last_issue_ns": 0},
-        )  # fmt: skip
+        base = {"rank": rank, "ts_ns": ts_ns, "step": -1, "group_id": group_id(desc, members),
+                "group_ranks": ranks_text(members), "peer": -1, "last_issue_ns": 0}  # fmt: skip
+        for direction, issued, completed, op in group_progress(
+            by_pg.get(name, []), status, "PIPELINE" in desc.upper()
+        ):
+            out.add(
+                "progress",
+                {**base, "direction": direction, "issued_seq": issued, "completed_seq": completed,
+                 "last_op": norm_op(op)},
+            )  # fmt: skip
     for e in dump.entries:
         if e["is_p2p"] or e["collective_seq_id"] < 0:
             continue
@@ -101,6 +104,62 @@ def rows_of(dump: FrDump, host: str, ts_ns: int) -> Rows:
              "end_ns": e["time_completed_ns"] if e["state"] == "completed" else 0},
         )  # fmt: skip
     return out
+
+
+def _done(e: dict) -> bool:
+    """The entry's work completed: its state says so (NCCL, the watchdog saw it end), or it
+    was retired (gloo, where the state stays ``scheduled``)."""
+    return e["state"] == "completed" or bool(e["retired"])
+
+
+def group_progress(
+    entries: list[dict], status: dict, pipeline: bool
+) -> list[tuple[str, int, int, str]]:
+    """``[(direction, issued, completed, last op)]`` of one process group on one rank:
+    a collective track (direction "") and, where the group carries send/recv, a P2P track
+    (direction "p2p"), each in its own sequence numbers.
+
+    ``pg_status``'s ``last_enqueued/completed_collective`` hold the sequence number of the
+    group's last work, which for a send/recv is its P2P sequence (``WorkNCCL::seq_``:
+    ``seqP2P_`` for P2P work, ``seqCollective_`` otherwise, torch >= 2.5): in a group that
+    mixes the two (DDP's default group with a send) they are not a collective count. So
+    where the group's entries are in the dump (the ring buffer holds its newest), they
+    decide: issued is the highest ``collective_seq_id`` (a send/recv entry carries the
+    collective count reached when it was issued), completed is one before the oldest
+    collective entry not completed (:func:`_done`), else all issued. ``pg_status`` is
+    also taken (the higher of the two) when the group never did P2P, and alone when the
+    dump holds none of the group's entries (``direction`` "p2p" for a group described as
+    a pipeline group)."""
+    enq = _int(status.get("last_enqueued_collective"))
+    done = _int(status.get("last_completed_collective"))
+    if not entries:
+        if enq < 0 and done < 0 and not status:
+            return []
+        return [("p2p" if pipeline else "", enq, done, "")]
+    p2p = [e for e in entries if e["is_p2p"]]
+    coll = [e for e in entries if not e["is_p2p"]]
+    mixed = bool(p2p) or any(e["p2p_seq_id"] > 0 for e in entries)
+    out = []
+    issued = max(e["collective_seq_id"] for e in entries)
+    if coll or not mixed or (issued > 0 and not pipeline):
+        pending = [e["collective_seq_id"] for e in coll if not _done(e)]
+        completed = min(pending) - 1 if pending else issued
+        if not mixed:
+            issued, completed = max(issued, enq), max(completed, done)
+        last = coll[-1]["op"] if coll else ""
+        out.append(("", issued, completed, last))
+    if p2p:
+        issued = max(e["p2p_seq_id"] for e in p2p)
+        pending = [e["p2p_seq_id"] for e in p2p if not _done(e)]
+        out.append(("p2p", issued, min(pending) - 1 if pending else issued, p2p[-1]["op"]))
+    return out
+
+
+def _int(value, default: int = -1) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
 
 
 def _config(dump: FrDump, name: str) -> dict:
