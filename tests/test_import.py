@@ -231,6 +231,33 @@ def test_bad_files_named_and_the_rest_imported(chdb, tmp_path) -> None:
     assert by["kineto_rank0.json.gz"].ok and by["fr_rank0.json.gz"].ok
 
 
+def test_store_inside_the_input_folder_is_not_read(tmp_path) -> None:
+    folder = tmp_path / "in"
+    shutil.copytree(os.path.join(DATA, "gloo_hang"), folder)
+    (folder / ".notes").write_text("WorkNCCL(SeqNum=1, OpType=ALLREDUCE) timeout")
+    shutil.copytree(realdata("handed", "watchdog_desync_4r"), folder / ".cache")
+    store = open_store(str(folder / "store"))
+    store.init_schema()
+    other = open_store(str(folder / "old" / "store"))
+    other.init_schema()
+    import_paths(other, [os.path.join(DATA, "gloo_hang")], ImportConfig(run_id="old"))
+    for run_id in ("a", "b"):  # the second time the store holds Parquet segments
+        result, analysis = run(store, str(folder), run_id=run_id)
+        assert result.failed == []
+        assert [os.path.basename(f.path) for f in result.imported] == [
+            "fr_rank0.json",
+            "fr_rank1.json",
+        ]
+        skipped = {os.path.relpath(f.path, folder): f.message for f in result.files if not f.kind}
+        assert skipped == {
+            "store": "skipped: the store being imported into",
+            os.path.join("old", "store"): "skipped: a ranksight store, not an artifact",
+        }
+        assert culprits(analysis) == {1}
+    named, _ = run(store, str(folder / "store" / "runs"), run_id="c")
+    assert not named.imported and "store being imported into" in named.failed[0].message
+
+
 def test_content_not_name_decides(tmp_path) -> None:
     src = realdata("handed", "watchdog_desync_4r", "rank2.log")
     odd = tmp_path / "rank2.pkl"

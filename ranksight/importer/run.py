@@ -130,7 +130,8 @@ def import_paths(
     run_id = cfg.run_id or default_run_id(paths)
     started = time.time_ns()
     with tempfile.TemporaryDirectory(prefix="ranksight-import-") as tmp:
-        found = sources.find(paths, tmp)
+        own = getattr(store, "folder", None)  # a chdb store's folder: never an input
+        found = sources.find(paths, tmp, skip=[str(own)] if own else [])
         result = ImportResult(run_id, cfg.attempt)
         state = _State(cfg, _Writer(store, run_id, cfg.attempt), started, on_progress)
         state.total = sum(os.path.getsize(a.path) for a in found if a.kind)

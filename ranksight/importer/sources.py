@@ -160,23 +160,59 @@ def extract(path: str, into: str) -> str:
     return dest
 
 
-def find(paths: list[str], workdir: str | None = None) -> list[Artifact]:
+def is_store_folder(path: str) -> bool:
+    """A ranksight chdb store's folder (its ``runs`` and ``schema_version`` table folders),
+    whose Parquet segments are no artifacts."""
+    return os.path.isdir(os.path.join(path, "runs")) and os.path.isdir(
+        os.path.join(path, "schema_version")
+    )
+
+
+def find(
+    paths: list[str], workdir: str | None = None, skip: tuple[str, ...] | list[str] = ()
+) -> list[Artifact]:
     """Every file under ``paths`` (folders walked, archives unpacked into ``workdir``,
-    a temporary folder by default) with its kind. Raises FileNotFoundError naming a path
-    that does not exist."""
+    a temporary folder by default) with its kind. Walking a folder passes over hidden
+    files and folders (``.name``), the folders in ``skip`` (the store being imported
+    into) and any other ranksight store folder (:func:`is_store_folder`), each such
+    folder listed once as skipped. Raises FileNotFoundError naming a path that does not
+    exist."""
     out: list[Artifact] = []
     workdir = workdir or tempfile.mkdtemp(prefix="ranksight-import-")
+    skipped = {os.path.realpath(p) for p in skip}
     for p in paths:
         if not os.path.exists(p):
             raise FileNotFoundError(f"{p}: no such file or folder")
-        if os.path.isdir(p):
+        own = _own_folder(os.path.realpath(p), skipped)
+        if own:
+            out.append(Artifact(p, None, own, named=True))
+        elif os.path.isdir(p):
             for root, dirs, files in os.walk(p):
-                dirs.sort()
+                keep = []
+                for d in sorted(dirs):
+                    full = os.path.join(root, d)
+                    why = _own_folder(os.path.realpath(full), skipped)
+                    if why:
+                        out.append(Artifact(full, None, why))
+                    elif not d.startswith("."):
+                        keep.append(d)
+                dirs[:] = keep
                 for name in sorted(files):
-                    out.extend(_one(os.path.join(root, name), workdir, named=False))
+                    if not name.startswith("."):
+                        out.extend(_one(os.path.join(root, name), workdir, named=False))
         else:
             out.extend(_one(p, workdir, named=True))
     return out
+
+
+def _own_folder(real: str, skipped: set[str]) -> str:
+    """Why ``real`` (a resolved path) is ranksight's own and not read, or ""."""
+    for s in skipped:
+        if real == s or real.startswith(s + os.sep):
+            return "the store being imported into"
+    if os.path.isdir(real) and is_store_folder(real):
+        return "a ranksight store, not an artifact"
+    return ""
 
 
 def _one(path: str, workdir: str, named: bool) -> list[Artifact]:
