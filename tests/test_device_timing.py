@@ -152,3 +152,62 @@ def test_events_are_made_ahead_and_reused_once_read():
     _, start, end = timer._pending[-1]
     assert start in made and end in made  # no event made on the training thread
     assert timer.resolve() == 1 and len(timer._free) == 4  # both back in the pool
+
+
+class _Info:
+    group_id, ranks_str = "g1", "0,1"
+
+    def global_rank(self, r: int) -> int:
+        return r
+
+
+class CudaWork:
+    """An NCCL Work seen from the host: done when the GPU says so."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def is_completed(self) -> bool:
+        return self.done
+
+    def _get_duration(self) -> float:  # ms, measured by c10d on the NCCL stream
+        return 0.5
+
+    def get_future(self):  # NCCL futures complete at enqueue: must not be trusted
+        raise AssertionError("a CUDA rank must not complete ops through the future")
+
+
+def test_on_a_gpu_rank_an_op_counts_completed_only_once_the_device_finished_it(monkeypatch):
+    import torch
+
+    from ranksight.trainer_hooks.collective_log import BlockedClock, CollectiveLog
+
+    monkeypatch.setenv("TORCH_NCCL_ENABLE_TIMING", "1")
+    cuda = FakeCuda()
+    out: list[dict] = []
+    log = CollectiveLog(out.append, lambda: (3, "backward"), BlockedClock())
+    timer = DeviceTimer(out.append, DeviceClock(cuda), prealloc=0)
+    timer.on_resolved, timer.on_poll = log.device_completed, log.poll_device
+    log.device = timer
+    base = timer.clock.anchor.t
+    cuda.next_at += [base + 100, base + 200]
+    x = torch.ones(8)
+    waited, unwaited = CudaWork(), CudaWork()
+    rec = log.issue("all_reduce", _Info(), -1, "", x, x, 1)
+    log.track_work(rec, waited)
+    rec2 = log.issue("all_reduce", _Info(), -1, "", x, x, 2)
+    log.track_work(rec2, unwaited)
+    log.waited_on_work(waited, 5)  # the host's wait returned at once: the GPU is still busy
+    entry = log.progress[("g1", "", -1)]
+    assert (entry[1], entry[2]) == (1, -1) and out == []  # issued #1; nothing completed
+    cuda.done.add(id(timer._pending[-1][1]))  # start event
+    assert timer.resolve() == 0  # the Work has not finished on the device
+    waited.done = True
+    assert timer.resolve() == 1 and entry[2] == 0 and out == [rec]
+    assert out[0]["start_ns"] == timer.clock.anchor_ns + 100
+    assert out[0]["end_ns"] == out[0]["start_ns"] + 500_000  # its own device duration
+    unwaited.done = True  # a DDP comm hook's work: nobody waits on it
+    log.poll_device()
+    assert entry[2] == 1  # progress sees it finished
+    log.flush()
+    assert out[-1] is rec2 and rec2["end_ns"] > 0  # emitted as completed at close

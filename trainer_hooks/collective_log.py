@@ -157,20 +157,35 @@ class CollectiveLog:
         if self.blackbox is not None:
             self.blackbox.completed(rec)
 
-    def complete(self, rec: dict[str, Any], end_ns: int | None = None) -> None:
-        """Set the record's end (now by default) and emit it (training thread only; on a
-        CUDA rank the device timer emits it once its events resolve)."""
+    def complete(self, rec: dict[str, Any], end_ns: int | None = None, work: Any = None) -> None:
+        """Set the record's end (now by default), count it completed and emit it (training
+        thread only). On a CUDA rank the host returning from a wait says nothing about
+        the device: the device timer counts it completed and emits it once its events
+        (or ``work``'s own device timing) show the GPU finished it."""
         rec["end_ns"] = rec["end_ns"] or end_ns or time.time_ns()
-        self._completed(rec)
-        if self.device is not None and self.device.end(rec):
+        if self.device is not None and self.device.end(rec, work):
             return
+        self._completed(rec)
         self.emit(rec)
+
+    def device_completed(self, rec: dict[str, Any]) -> None:
+        """The device timer saw ``rec`` finish on the GPU (its thread)."""
+        self._completed(rec)
+
+    def poll_device(self) -> None:
+        """Count the CUDA works that finished on the GPU but that nobody waited on yet
+        (a DDP comm hook chains their futures): progress must not call them in flight.
+        Called from the device timer's thread."""
+        for rec, work in list(self._no_future):
+            try:
+                if work.is_completed():
+                    self._completed(rec)
+            except RuntimeError:
+                pass
 
     def _done_callback(self, rec: dict[str, Any]) -> None:
         rec["end_ns"] = time.time_ns()
         self._completed(rec)  # at once: the training thread may be stuck
-        if self.device is not None and self.device.has_start(rec):
-            return  # its end event is recorded when the training thread waits for it
         self._done.append(rec)
 
     def progress_records(self, step: int) -> list[dict[str, Any]]:
@@ -198,6 +213,11 @@ class CollectiveLog:
         self._by_work[id(work)] = (work, rec)
         if len(self._by_work) > MAX_PENDING:  # never waited on: forget the oldest mapping
             self._by_work.pop(next(iter(self._by_work)))
+        if self.device is not None:  # a CUDA work's future completes when it is enqueued
+            self._no_future.append((rec, work))
+            if len(self._no_future) > MAX_PENDING:  # never waited on: let the oldest go
+                self.emit(self._no_future.pop(0)[0])
+            return
         try:
             fut = work.get_future()
         except RuntimeError:
@@ -211,17 +231,11 @@ class CollectiveLog:
         entry = self._by_work.pop(id(work), None)
         if entry is not None and entry[1]["wait_ns"] == 0:
             entry[1]["wait_ns"] = dt
-        if entry is not None and self.device is not None and self.device.has_start(entry[1]):
-            rec = entry[1]
-            rec["end_ns"] = rec["end_ns"] or time.time_ns()
-            self._completed(rec)
-            if not self.device.end(rec, work):  # its device duration, or an end event now
-                self.emit(rec)
         if self._no_future:
             still = []
             for rec, w in self._no_future:
-                if w.is_completed():
-                    self.complete(rec)
+                if w is work or w.is_completed():  # the awaited one: its wait returned
+                    self.complete(rec, work=w)
                 else:
                     still.append((rec, w))
             self._no_future = still
@@ -255,7 +269,15 @@ class CollectiveLog:
         how many were incomplete."""
         self.drain()
         pending = {id(r): r for r in self._by_tensor.values()}
-        pending.update({id(r): r for r, _ in self._no_future})
+        for r, w in self._no_future:  # finished (on the device) but never waited on
+            try:
+                if w.is_completed():
+                    r["end_ns"] = r["end_ns"] or time.time_ns()
+                    self.emit(r)
+                    continue
+            except RuntimeError:
+                pass
+            pending[id(r)] = r
         pending.update(dict(self._in_call))
         pending.update({id(r): r for _, r in self._by_work.values() if r["end_ns"] == 0})
         pending = {k: r for k, r in pending.items() if r["end_ns"] == 0}

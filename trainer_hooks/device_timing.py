@@ -91,6 +91,10 @@ class DeviceTimer:
         prealloc: int = 512,
     ) -> None:
         self.emit = emit
+        self.on_resolved: Callable[[dict[str, Any]], None] | None = None
+        """Called (resolver thread) with each record the device finished, before emit."""
+        self.on_poll: Callable[[], None] | None = None
+        """Called (resolver thread) every poll: e.g. works nobody waited on yet."""
         self.clock = clock
         self.cuda = clock.cuda
         self.max_pending = max_pending
@@ -179,6 +183,8 @@ class DeviceTimer:
                     rec["end_ns"] = rec["start_ns"] + int(end._get_duration() * 1e6)
                 self._reuse(start)
                 self.resolved += 1
+                if self.on_resolved is not None:
+                    self.on_resolved(rec)
             except RuntimeError:  # an event from a stream that was destroyed
                 self.unresolved += 1
             self.emit(rec)
@@ -189,6 +195,8 @@ class DeviceTimer:
         while not self._stop.wait(self.poll_s):
             try:
                 self.resolve()
+                if self.on_poll is not None:
+                    self.on_poll()
                 if time.monotonic() - self._last_anchor >= self.anchor_every_s:
                     self.clock.renew()
                     self._last_anchor = time.monotonic()

@@ -202,6 +202,9 @@ class Hooks:
             warnings.warn(f"ranksight: no black box for rank {self.rank}: {e}", stacklevel=3)
         self._device = self._device_timer() if config.device_timing else None
         self._log.device = self._device
+        if self._device is not None:
+            self._device.on_resolved = self._log.device_completed
+            self._device.on_poll = self._log.poll_device
         self._undo = [
             patch_work_wait(self._log),
             patch_async_waits(self._log),
