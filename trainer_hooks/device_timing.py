@@ -209,7 +209,8 @@ class DeviceTimer:
         self._thread.start()
 
     def close(self, timeout_s: float = 2.0) -> None:
-        """Resolve what completes within ``timeout_s``, emit the rest with host times."""
+        """Resolve what completes within ``timeout_s``; emit the rest with host times, or
+        with ``end_ns`` 0 where the device never finished them."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
@@ -219,8 +220,14 @@ class DeviceTimer:
                 time.sleep(0.01)
         with self._lock:
             left, self._pending = list(self._pending), collections.deque()
-        for rec, _, _ in left:
+        for rec, start, end in left:
             self.unresolved += 1
+            try:
+                finished = _done(start, end)
+            except RuntimeError:
+                finished = False
+            if not finished:  # the device never finished it (a hang, a dead peer)
+                rec["end_ns"] = 0
             self.emit(rec)
 
 
