@@ -36,6 +36,9 @@ class StragglerConfig:
     """Data-loader wait above peers by this share of the step time counts as a stall."""
     skip_steps: int = 1
     """How many of the first recorded steps are ignored (connection set-up, warm-up)."""
+    lone_peer_ratio: float = 2.0
+    """The compute ratio that counts as slow for a rank with a single same-stage peer
+    (two ranks a stage: either could be the odd one; only a large gap names one)."""
 
     def __post_init__(self) -> None:
         if self.ratio_threshold <= 1.0:
@@ -134,9 +137,14 @@ def find_slow_ranks(
         compute = self_time(phases, COMPUTE_PHASES)
         data = self_time(phases, DATA_PHASES)
     thr = cfg.ratio_threshold
+    peers = role.map(role.value_counts()) - 1  # same-stage peers of each rank
 
     def compute_slow(own: pd.DataFrame, med: pd.DataFrame) -> pd.DataFrame:
-        return own > thr * med
+        # against one peer there is no majority to say which of the two is off: a rank
+        # is named only if it is far slower (LONE_PEER_RATIO), not merely the slower one
+        n = peers.reindex(own.index).fillna(0).to_numpy()
+        factor = np.where(n >= 2, thr, max(thr, cfg.lone_peer_ratio))
+        return own.gt(med.mul(factor, axis=0))
 
     def data_slow(own: pd.DataFrame, med: pd.DataFrame) -> pd.DataFrame:
         budget = cfg.data_wait_fraction * step_time_ns.reindex(own.columns)

@@ -85,3 +85,23 @@ def test_group_axis_from_coordinates():
 def test_config_validation(bad):
     with pytest.raises(ValueError):
         StragglerConfig(**bad)
+
+
+def test_with_one_same_stage_peer_only_a_large_gap_names_a_rank():
+    import pandas as pd
+
+    from ranksight.analyzer.straggler import find_slow_ranks
+
+    def totals(factor: float) -> pd.DataFrame:
+        rows = [
+            {"rank": r, "step": s, "compute_self": 100e6 * (factor if r == 1 and s >= 3 else 1.0),
+             "data_self": 1e6}
+            for r in (0, 1) for s in range(12)
+        ]  # fmt: skip
+        return pd.DataFrame(rows)
+
+    role = pd.Series({0: 0, 1: 0})  # DP2: two ranks, one stage
+    steps = pd.Series({s: 150e6 for s in range(12)})
+    assert find_slow_ranks(totals(1.4), role, steps) == []  # which of the two is off?
+    (slow,) = find_slow_ranks(totals(3.0), role, steps)
+    assert (slow.rank, slow.onset_step) == (1, 3)
