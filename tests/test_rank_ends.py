@@ -141,3 +141,25 @@ def test_a_fatal_signal_leaves_the_python_stacks(tmp_path):
     rows = PostmortemCollector(NodeContext(host="h", spool_dir=str(tmp_path))).collect(0)
     (stack,) = rows["stacks"]
     assert stack["trigger"] == "crash" and stack["rank"] == 0 and stack["summary"] == text
+
+
+def test_the_second_of_two_racing_ends_waits_for_the_first_to_finish_writing():
+    import threading
+
+    from ranksight.trainer_hooks.exits import ExitRecorder
+
+    written, entered = [], threading.Event()
+
+    def slow_end(reason, code, detail):
+        entered.set()
+        time.sleep(0.3)  # writing the spool
+        written.append(reason)
+
+    rec = ExitRecorder(slow_end)
+    t = threading.Thread(target=rec.end, args=("signal", 15, "SIGTERM"))
+    t.start()
+    entered.wait(5)
+    t0 = time.monotonic()
+    assert rec.end("signal", 15, "SIGTERM") is False  # the other path got there first
+    assert written == ["signal"] and time.monotonic() - t0 > 0.2  # ...and it waited
+    t.join()

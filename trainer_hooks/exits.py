@@ -58,20 +58,26 @@ class ExitRecorder:
         self._crash_file = crash_file
         self._once = threading.Lock()
         self._done = False
+        self._written = threading.Event()
         self._undo: list[Callable[[], None]] = []
         self._pipe: tuple[int, int] | None = None
         self._fh_undo: Callable[[], None] | None = None
 
-    def end(self, reason: str, code: int = -1, detail: str = "") -> bool:
-        """Record the end once; True if this call recorded it."""
+    def end(self, reason: str, code: int = -1, detail: str = "", wait_s: float = 10.0) -> bool:
+        """Record the end once; True if this call recorded it. A later call (the SIGTERM
+        watcher and the main thread's handler both get there) waits up to ``wait_s`` for
+        the first to finish writing, so neither kills the process under the other."""
         with self._once:
-            if self._done:
-                return False
-            self._done = True
+            first, self._done = not self._done, True
+        if not first:
+            self._written.wait(wait_s)
+            return False
         try:
             self._end(reason, code, detail)
         except Exception:  # a dying process must still die
             pass
+        finally:
+            self._written.set()
         return True
 
     # ------------------------------------------------------------------ install
