@@ -253,3 +253,21 @@ def test_a_piece_over_the_atomic_insert_size_goes_as_chunks_each_stored_once(
     got = store.query("SELECT count() AS n, uniqExact(step) AS u FROM steps WHERE run_id = 'big'")
     assert got.iloc[0].tolist() == [2500, 2500]
     agent.close()
+
+
+def test_the_stall_watcher_tells_progress_from_snapshots_in_binary_segments(tmp_path) -> None:
+    from ranksight.agent.stall import appended_progress
+
+    path = segment(tmp_path, [])
+    snapshot = {"t": "progress", "ts_ns": 1, "step": 1, "group_id": "g", "issued_seq": 5}
+    offset, moved = appended_progress(str(path), None)  # the first look finds the end
+    assert offset == path.stat().st_size and not moved
+    with open(path, "ab") as f:
+        f.write(sf.encode([snapshot, {**snapshot, "ts_ns": 2}]))
+    offset, moved = appended_progress(str(path), offset)
+    assert offset == path.stat().st_size and not moved, "only snapshots: no progress"
+    with open(path, "ab") as f:
+        f.write(sf.encode([snapshot, step(1)]))
+        f.write(sf.encode([step(2)])[:-5])  # a frame still being written
+    offset, moved = appended_progress(str(path), offset)
+    assert moved and offset == path.stat().st_size - len(sf.encode([step(2)])) + 5

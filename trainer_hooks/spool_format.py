@@ -26,8 +26,9 @@ rejected whole and counted; the reader resynchronizes at the next frame boundary
 frame is only ever incomplete at the end of a segment whose writer is still writing it
 (or died mid-write: then it is rejected as truncated).
 
-The encoder costs about 1 µs of the writer thread per 16-column record on the 2-core
-test VM, against about 3 µs for ``json.dumps`` (``bench/spool_writer.py``).
+The encoder costs about 1.4 µs of the writer thread per record of the hooks' usual mix
+on the 2-core test VM, against about 4.7 µs for ``json.dumps`` lines, and writes 131
+bytes a record against 293 (``bench/spool_writer.py``).
 """
 
 from __future__ import annotations
