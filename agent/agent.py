@@ -404,6 +404,7 @@ class Agent:
     def close(self) -> None:
         """Release the agent's lock on its state folder. Safe to call twice."""
         if not self._lock_file.closed:
+            self._lock_file.truncate(0)  # no longer a running agent (see _other_agents)
             self._lock_file.close()
 
 
@@ -422,18 +423,20 @@ def _abandoned(path: str) -> bool:
 
 def _other_agents(spool_dir: str, state_dir: str) -> list[dict]:
     """The committed spool offsets of the other agents running on ``spool_dir`` now (one
-    per store: ``<spool>/.agent-*`` folders whose lock is held)."""
+    per store: ``<spool>/.agent-*`` folders whose lock file names a live process; read,
+    not locked, so that probing never keeps another agent from starting)."""
+    from ranksight.collectors.local_ranks import is_alive
+
     found = []
     for folder in glob.glob(os.path.join(glob.escape(spool_dir), ".agent-*")):
         if os.path.realpath(folder) == os.path.realpath(state_dir):
             continue
+        lock = os.path.join(folder, "lock")
         try:
-            with open(os.path.join(folder, "lock"), "a+") as handle:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-            continue  # nobody holds it: no agent runs there
-        except BlockingIOError:
-            pass
-        except OSError:
+            pid = int(open(lock).read().split()[0])
+            if not is_alive(pid, os.stat(lock).st_mtime):
+                continue  # no agent runs there
+        except (OSError, ValueError, IndexError):
             continue
         try:
             with open(os.path.join(folder, OFFSETS)) as f:
@@ -444,7 +447,8 @@ def _other_agents(spool_dir: str, state_dir: str) -> list[dict]:
 
 
 def _exclusive(state_dir: str):
-    """Hold ``<state>/lock`` exclusively for the life of the returned file."""
+    """Hold ``<state>/lock`` exclusively for the life of the returned file, which then
+    names this process (its pid: other agents on the spool see that it runs)."""
     handle = open(os.path.join(state_dir, "lock"), "a+")  # noqa: SIM115 - held while alive
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -454,4 +458,7 @@ def _exclusive(state_dir: str):
             f"another ranksight agent already ships this spool to this store "
             f"(state folder {state_dir} is locked)"
         ) from None
+    handle.truncate(0)
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
     return handle
