@@ -13,6 +13,7 @@ from . import clock
 from .diagnose import Analysis, diagnose
 from .queries import load_run
 from .straggler import StragglerConfig
+from .window import StepWindow, apply_window, since_window
 
 
 def save_findings(store: Store, analysis: Analysis, analyzed_ns: int | None = None) -> int:
@@ -35,11 +36,22 @@ def analyze(
     *,
     config: StragglerConfig | None = None,
     save: bool = True,
+    window: StepWindow | None = None,
+    since_s: float | None = None,
 ) -> Analysis:
     """Diagnose one run attempt (the latest when ``attempt`` is None); with ``save``, store
-    the findings for the UI. Raises UnknownRun for a run id not in the store."""
+    the findings for the UI (never for a window: those would replace the whole run's).
+    ``window`` limits the analysis to some steps, ``since_s`` to the steps that started in
+    the last that many seconds (analyzer/window.py). Raises UnknownRun for a run id not in
+    the store."""
     data = load_run(store, run_id, attempt)
+    if since_s is not None:
+        window = since_window(data, since_s)
+    if window is not None and not window.whole:
+        data, save = apply_window(data, window), False
     analysis = diagnose(data, config)
+    if window is not None and not window.whole:
+        analysis.notes.append(f"analyzed {window.describe()} only")
     offsets = clock_offsets(store, data)
     analysis = dataclasses.replace(analysis, clock=clock.summarize(offsets))
     if save:

@@ -20,6 +20,12 @@ EXIT_CULPRIT = 3
 FORMATS = ("text", "json", "markdown")
 
 
+def signature(analysis: Analysis) -> list[tuple]:
+    """What ``report --watch`` compares between analyses: each finding's kind, culprit
+    and cause (not its numbers, which move every step)."""
+    return [(f.kind, f.culprit_rank, f.cause) for f in analysis.findings]
+
+
 def exit_code(analysis: Analysis) -> int:
     """:data:`EXIT_CULPRIT` if the analysis names anyone, else :data:`EXIT_CLEAN`
     (findings that are no fault, ``findings.NOT_FAULTS``, name no one)."""

@@ -1,0 +1,71 @@
+"""``ranksight report --steps/--since/--watch``: analyzing part of a run, following one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ranksight.analyzer import analyze
+from ranksight.analyzer.window import StepWindow, parse_since, parse_steps
+from ranksight.store import open_store
+from ranksight.synthetic import SynthConfig, write_synthetic
+
+
+def test_window_and_duration_specs():
+    assert parse_steps("3:7") == StepWindow(3, 7)
+    assert parse_steps("5:") == StepWindow(5, None) and parse_steps(":4") == StepWindow(None, 4)
+    assert parse_steps("9") == StepWindow(9, 9)
+    for bad in ("a:b", "7:3", "-1:"):
+        with pytest.raises(ValueError, match="--steps|empty"):
+            parse_steps(bad)
+    assert parse_since("90") == 90 and parse_since("10m") == 600 and parse_since("2h") == 7200
+    for bad in ("0s", "ten minutes", "5y"):
+        with pytest.raises(ValueError, match="--since"):
+            parse_since(bad)
+
+
+@pytest.fixture(scope="module")
+def slow_run(tmp_path_factory):
+    url = str(tmp_path_factory.mktemp("store"))
+    store = open_store(url)
+    store.init_schema()
+    cfg = SynthConfig(
+        dp=2, tp=2, pp=2, steps=30, run_id="win", faults=("slow:rank=5,factor=2,from_step=15",)
+    )
+    write_synthetic(store, cfg)
+    return url, store
+
+
+def test_a_window_before_the_fault_names_no_one_and_one_after_names_the_rank(slow_run):
+    _, store = slow_run
+    before = analyze(store, "win", window=StepWindow(0, 13))
+    assert before.findings == [] and "analyzed steps 0-13 only" in before.notes
+    after = analyze(store, "win", window=StepWindow(14, None))
+    assert [(f.kind, f.culprit_rank) for f in after.findings] == [("straggler", 5)]
+    assert after.steps_analyzed < analyze(store, "win", save=False).steps_analyzed
+
+
+def test_report_cli_takes_the_window_and_refuses_both(slow_run):
+    url, _ = slow_run
+    env = {**os.environ, "COLUMNS": "200"}
+    run = [sys.executable, "-m", "ranksight.cli", "report", "--run", "win", "--store", url]
+    out = subprocess.run(
+        [*run, "--steps", "0:13", "--format", "json"], capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    out = subprocess.run([*run, "--steps", "14:"], capture_output=True, text=True, env=env)
+    assert out.returncode == 3 and "rank 5" in out.stdout
+    out = subprocess.run(
+        [*run, "--steps", "1:2", "--since", "5m"], capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 2 and "not both" in out.stderr
+    out = subprocess.run([*run, "--since", "yesterday"], capture_output=True, text=True, env=env)
+    assert out.returncode == 2 and "--since" in out.stderr
+    # --watch on a run that is not running prints once and stops
+    out = subprocess.run(
+        [*run, "--watch", "--interval", "1"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 3 and "done watching" in out.stdout
