@@ -137,7 +137,8 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
         findings, more = straggler_impacts(findings, data, coords, peers)
         notes += more
     med_ms = float(analyzed.median()) / _MS if not analyzed.empty else 0.0
-    findings += slow_comm_findings(data.transfer, data.groups, axes, coords, med_ms, cfg.skip_steps)
+    comm = slow_comm_findings(data.transfer, data.groups, axes, coords, med_ms, cfg.skip_steps)
+    findings += [_with_link_counters(f, data, coords) for f in comm]
     findings += desync_findings(data.mismatches, coords, data.usual)
     findings += nan_findings(data.steps, coords)
     findings.sort(key=lambda f: -f.impact_pct)
@@ -209,6 +210,22 @@ def _with_crash(findings: list[Finding], crash: Finding) -> list[Finding]:
             findings[i] = replace(f, evidence=evidence, summary=summary)
             return findings
     return [crash, *findings]
+
+
+def _with_link_counters(f: Finding, data: RunData, coords: pd.DataFrame) -> Finding:
+    """A slow-communication finding with the NIC and NVLink counters of its ranks' hosts
+    over the analyzed steps (analyzer/links.py), where the collectors recorded them."""
+    if data.fetch_links is None or data.steps.empty:
+        return f
+    ranks = set(f.evidence.get("shared_ranks") or [])
+    for g in f.evidence.get("slow_groups", []):
+        ranks |= set(g.get("members", []))
+    hosts = sorted({str(coords.loc[r, "host"]) for r in ranks if r in coords.index})
+    t0, t1 = int(data.steps["start_ns"].min()), int(data.steps["end_ns"].max())
+    counters = data.fetch_links(hosts, t0, t1)
+    if not counters["nic"] and not counters["nvlink"]:
+        return replace(f, evidence={**f.evidence, "link_counters": "no errors or congestion recorded"})
+    return replace(f, evidence={**f.evidence, "link_counters": counters})
 
 
 MIN_RUN_SHARE = 0.05

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ranksight.store import Store, StoreError
 
-from . import causes, crash, desync, gpu_causes, hang, slice_replay, slow_comm
+from . import causes, crash, desync, gpu_causes, hang, links, slice_replay, slow_comm
 from .straggler import COMPUTE_PHASES, DATA_PHASES
 
 _RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
@@ -215,6 +215,9 @@ class RunData:
     """Each rank's latest good stack dump: rank, stack_summary (``STACKS``)."""
     usual: pd.DataFrame = field(default_factory=pd.DataFrame)
     """How often each signature occurs in the mismatched groups (``desync.USUAL``)."""
+    fetch_links: Callable[[list[str], int, int], dict] | None = None
+    """NIC and NVLink counters of some hosts in a time window (``links.link_counters``);
+    None: no collector tables to read."""
     ends: pd.DataFrame = field(default_factory=pd.DataFrame)
     """How ranks ended (``crash.ENDS``: rank_ends rows from the hooks and the launcher)."""
     crash_stacks: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -322,6 +325,9 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
         ),
         stacks=_stacks(store, p),
         ends=_optional(store, crash.ENDS, p),
+        fetch_links=lambda hosts, t0, t1: links.link_counters(
+            lambda sql, q: _optional(store, sql, q), hosts, t0, t1
+        ),
         crash_stacks=_optional(store, crash.CRASH_STACKS, p),
         fetch_ops=lambda: (_query(store, OPS_PHASES, p), _query(store, OPS_COLLECTIVES, p)),
         fetch_gpu=lambda ranks, wanted, since, until: gpu_causes.fetch_gpu_tables(
