@@ -285,6 +285,7 @@ def raw_steps_start(store, run_id: str) -> int:
 
 def test_the_run_mark_moves_with_new_steps_a_new_analysis_and_a_status_change(store):
     assert data_watermark(store, "ui-mark", 0) == RunMark()  # no such run: all zero
+    assert RunMark().steps is None
     write_synthetic(store, SynthConfig(**MESH, steps=12, faults=(SLOW,), run_id="ui-mark"))
     first = data_watermark(store, "ui-mark", 0)
     steps = raw_steps(store, "ui-mark")
@@ -295,6 +296,7 @@ def test_the_run_mark_moves_with_new_steps_a_new_analysis_and_a_status_change(st
     )
     span = int(steps["end_ns"].max() - steps["start_ns"].min())
     assert first.mean_step_ns == pytest.approx(span / 12)
+    assert first.steps == (0, 11) == heatmap.step_range(store, load_run_view(store, "ui-mark"))
     more = steps[steps["step"] == 11].assign(step=12, start_ns=lambda f: f["end_ns"] + 1)
     store.insert("steps", more.assign(end_ns=more["start_ns"] + 10**6))
     after_step = data_watermark(store, "ui-mark", 0)

@@ -51,10 +51,9 @@ def run_view(url: str, run_id: str, attempt: int, mark: RunMark) -> RunView:
     return load_run_view(_store(url), run_id, attempt)
 
 
-@st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
-def step_range(url: str, run: RunView, mark: tuple):
-    """``data.heatmap.step_range`` at watermark ``mark``."""
-    return heatmap.step_range(_store(url), run)
+def step_range(url: str, run: RunView, mark: RunMark):
+    """``data.heatmap.step_range``, as the mark already read it (no query)."""
+    return mark.steps
 
 
 @st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)

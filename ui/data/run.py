@@ -29,7 +29,7 @@ ORDERS: dict[str, tuple[str, ...]] = {
 # (current engines make them Nullable: ifNull keeps the ns exact, not float64).
 MARK = f"""
 SELECT count() AS n_steps, max(end_ns) AS last_end, min(start_ns) AS first_start,
-       uniqExact(step) AS n_distinct,
+       min(step) AS lo, max(step) AS hi,
        toInt64(ifNull((SELECT max(analyzed_ns) FROM findings WHERE {RUN}), 0)) AS analyzed,
        toInt64(ifNull((SELECT max(updated_ns) FROM runs WHERE {RUN}), 0)) AS updated,
        toInt64(ifNull((SELECT count() FROM ranks WHERE {RUN}), 0)) AS n_rank_rows
@@ -90,9 +90,17 @@ class RunMark:
     updated_ns: int = 0
     """The run row's latest update (status changes)."""
     rank_rows: int = 0
+    first_step: int = -1
+    last_step: int = -1
+    """First and last step recorded (-1: none yet)."""
     mean_step_ns: float = 0.0
     """Wall time from the first step's start to the last step's end over the steps seen
     (ns per step; a cheap stand-in for the median step time when judging a stall)."""
+
+    @property
+    def steps(self) -> tuple[int, int] | None:
+        """(first, last) step recorded; None before the first step lands."""
+        return (self.first_step, self.last_step) if self.step_rows else None
 
 
 def data_watermark(store: Store, run_id: str, attempt: int) -> RunMark:
@@ -104,15 +112,21 @@ def data_watermark(store: Store, run_id: str, attempt: int) -> RunMark:
     def col(name: str) -> int:  # per column: a row would be upcast to float64
         return int(got[name].iloc[0] or 0)
 
-    n, steps = col("n_steps"), col("n_distinct")
-    last, first = (col("last_end"), col("first_start")) if n else (0, 0)
+    n = col("n_steps")
+    if not n:
+        return RunMark(
+            analyzed_ns=col("analyzed"), updated_ns=col("updated"), rank_rows=col("n_rank_rows")
+        )
+    last, first, lo, hi = col("last_end"), col("first_start"), col("lo"), col("hi")
     return RunMark(
         step_rows=n,
         last_end_ns=last,
         analyzed_ns=col("analyzed"),
         updated_ns=col("updated"),
         rank_rows=col("n_rank_rows"),
-        mean_step_ns=(last - first) / steps if steps else 0.0,
+        first_step=lo,
+        last_step=hi,
+        mean_step_ns=(last - first) / (hi - lo + 1),
     )
 
 
