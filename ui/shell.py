@@ -10,7 +10,6 @@ import time
 import streamlit as st
 
 from ranksight import env
-from ranksight.analyzer import UnknownRun
 from ranksight.analyzer.queries import resolve_attempt
 from ranksight.store.url import default_store_url, redact
 from ranksight.ui import cache, live, preload
@@ -108,8 +107,8 @@ def _attempt(url: str, listed, run_id: str, attempt: int | None) -> tuple[dict, 
     mine = listed[listed["run_id"] == run_id]
     if attempt is not None:
         mine = mine[mine["attempt"] == attempt]
-    if mine.empty:  # the analyzer's own lookup gives the message
-        resolve_attempt(cache.store_for(url), run_id, attempt)
-        raise UnknownRun(f"unknown run {run_id!r}")  # it appeared meanwhile: next load
+    if mine.empty:  # not listed (yet): the analyzer's own lookup, or its message
+        row, found = resolve_attempt(cache.store_for(url), run_id, attempt)
+        return {**row, "stored_status": str(row.get("status", ""))}, found
     row = mine.sort_values("attempt").iloc[-1].to_dict()
     return row, int(row["attempt"])
