@@ -7,10 +7,12 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
 import tarfile
+import zipfile
 
 import pandas as pd
 import pytest
@@ -256,6 +258,39 @@ def test_store_inside_the_input_folder_is_not_read(tmp_path) -> None:
         assert culprits(analysis) == {1}
     named, _ = run(store, str(folder / "store" / "runs"), run_id="c")
     assert not named.imported and "store being imported into" in named.failed[0].message
+
+
+def test_archive_by_content_and_named_by_member(chdb, tmp_path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    with tarfile.open(folder / "from_the_cluster.bin", "w:gz") as t:
+        t.add(os.path.join(DATA, "gloo_hang"), arcname="dumps")
+    # a torch.save checkpoint is a zip: not unpacked, not an artifact
+    with zipfile.ZipFile(folder / "model.pt", "w") as z:
+        z.writestr("model/data.pkl", pickle.dumps({"w": 1}))
+        z.writestr("model/version", "3\n")
+    result, analysis = run(chdb, str(folder))
+    names = sorted(f.path for f in result.imported)
+    archive = str(folder / "from_the_cluster.bin")
+    assert names == [f"{archive}:dumps/fr_rank0.json", f"{archive}:dumps/fr_rank1.json"]
+    (pt,) = [f for f in result.files if f.path.endswith("model.pt")]
+    assert pt.ok and pt.kind is None and pt.message.startswith("skipped")
+    assert culprits(analysis) == {1}
+
+
+def test_foreign_pickle_is_no_rank_dump(chdb, tmp_path) -> None:
+    """A pickle or JSON that is no Flight Recorder dump is refused by name; taken as rank
+    2's dump it would say rank 2 issued nothing and blame it for the hang."""
+    folder = tmp_path / "in"
+    shutil.copytree(os.path.join(DATA, "gloo_hang"), folder)
+    (folder / "stats_rank2.pkl").write_bytes(pickle.dumps({"loss": [1.0, 0.5]}))
+    (folder / "config_rank3.json").write_text('{"entries": 5, "lr": 0.1}')
+    result, analysis = run(chdb, str(folder))
+    bad = {os.path.basename(f.path): f.message for f in result.failed}
+    assert set(bad) == {"stats_rank2.pkl", "config_rank3.json"}
+    assert all("not a Flight Recorder dump" in m for m in bad.values())
+    assert culprits(analysis) == {1}
+    assert sorted(chdb.query("SELECT rank FROM ranks WHERE run_id = 'r'")["rank"]) == [0, 1]
 
 
 def test_content_not_name_decides(tmp_path) -> None:

@@ -223,49 +223,56 @@ def rows_of(traces: list[KinetoRank]) -> Rows:
     out = Rows()
     everyone = sorted({t.rank for t in traces if t.rank is not None})
     for t in traces:
-        if t.rank is None:
-            continue
-        base = int(t.header.get("baseTimeNanoseconds") or 0)
+        out.merge(rank_rows(t, everyone))
+    return out
 
-        def ns(us: float, base: int = base) -> int:
-            return base + int(round(us * 1000))
 
-        world = t.world_size or len(everyone)
-        out.add("ranks", {"rank": t.rank, "world_size": world, "backend": "nccl",
-                          "dp": -1, "tp": -1, "pp": -1})  # fmt: skip
-        steps = sorted(t.steps)
-        starts = np.array([s[1] for s in steps], dtype=float)
-        for step, a, b in steps:
-            out.add("steps", {"rank": t.rank, "step": step, "start_ns": ns(a), "end_ns": ns(b),
-                              "loss": float("nan")})  # fmt: skip
-        if steps:
-            comp = np.frombuffer(t.compute, dtype=float).reshape(-1, 2)
-            idx = np.searchsorted(starts, comp[:, 0], side="right") - 1
-            busy = np.bincount(idx[idx >= 0], weights=comp[idx >= 0, 1], minlength=len(steps))
-            if not len(comp):  # CPU-only trace: the step's host time outside collectives
-                comm = np.array([(c[0], c[1]) for c in t.collectives], dtype=float).reshape(-1, 2)
-                cidx = np.searchsorted(starts, comm[:, 0], side="right") - 1
-                waited = np.bincount(
-                    cidx[cidx >= 0], weights=comm[cidx >= 0, 1], minlength=len(steps)
-                )
-                busy = np.clip(np.array([b - a for _, a, b in steps]) - waited, 0, None)
-            for (step, a, _), us in zip(steps, busy, strict=True):
-                out.add("phases", {"rank": t.rank, "step": step, "phase": "gpu_compute",
-                                   "microbatch": -1, "stage": -1, "start_ns": ns(a),
-                                   "end_ns": ns(a + us), "wait_ns": 0})  # fmt: skip
-        seq: dict[str, int] = {}
-        for ts, dur, op, nin, nout, dtype, desc, ranks_s in sorted(t.collectives):
-            members = parse_ranks(ranks_s) or everyone
-            gid = group_id(desc or f"kineto_{op}", members)
-            seq[gid] = seq.get(gid, -1) + 1
-            k = int(np.searchsorted(starts, ts, side="right") - 1) if steps else -1
-            out.add(
-                "collectives",
-                {"rank": t.rank, "step": steps[k][0] if k >= 0 else -1, "group_id": gid,
-                 "group_ranks": ranks_text(members), "group_seq": seq[gid], "op": op, "peer": -1,
-                 "dtype": dtype, "numel_in": nin, "numel_out": nout, "enqueue_ns": ns(ts),
-                 "start_ns": ns(ts), "end_ns": ns(ts + dur)},
-            )  # fmt: skip
+def rank_rows(t: KinetoRank, everyone: list[int]) -> Rows:
+    """Rows of one rank's trace; ``everyone``: the imported ranks, the members of groups
+    whose kernels do not list them. (One trace at a time, so an import writes each
+    trace's rows before it builds the next one's.)"""
+    out = Rows()
+    if t.rank is None:
+        return out
+    base = int(t.header.get("baseTimeNanoseconds") or 0)
+
+    def ns(us: float, base: int = base) -> int:
+        return base + int(round(us * 1000))
+
+    world = t.world_size or len(everyone)
+    out.add("ranks", {"rank": t.rank, "world_size": world, "backend": "nccl",
+                      "dp": -1, "tp": -1, "pp": -1})  # fmt: skip
+    steps = sorted(t.steps)
+    starts = np.array([s[1] for s in steps], dtype=float)
+    for step, a, b in steps:
+        out.add("steps", {"rank": t.rank, "step": step, "start_ns": ns(a), "end_ns": ns(b),
+                          "loss": float("nan")})  # fmt: skip
+    if steps:
+        comp = np.frombuffer(t.compute, dtype=float).reshape(-1, 2)
+        idx = np.searchsorted(starts, comp[:, 0], side="right") - 1
+        busy = np.bincount(idx[idx >= 0], weights=comp[idx >= 0, 1], minlength=len(steps))
+        if not len(comp):  # CPU-only trace: the step's host time outside collectives
+            comm = np.array([(c[0], c[1]) for c in t.collectives], dtype=float).reshape(-1, 2)
+            cidx = np.searchsorted(starts, comm[:, 0], side="right") - 1
+            waited = np.bincount(cidx[cidx >= 0], weights=comm[cidx >= 0, 1], minlength=len(steps))
+            busy = np.clip(np.array([b - a for _, a, b in steps]) - waited, 0, None)
+        for (step, a, _), us in zip(steps, busy, strict=True):
+            out.add("phases", {"rank": t.rank, "step": step, "phase": "gpu_compute",
+                               "microbatch": -1, "stage": -1, "start_ns": ns(a),
+                               "end_ns": ns(a + us), "wait_ns": 0})  # fmt: skip
+    seq: dict[str, int] = {}
+    for ts, dur, op, nin, nout, dtype, desc, ranks_s in sorted(t.collectives):
+        members = parse_ranks(ranks_s) or everyone
+        gid = group_id(desc or f"kineto_{op}", members)
+        seq[gid] = seq.get(gid, -1) + 1
+        k = int(np.searchsorted(starts, ts, side="right") - 1) if steps else -1
+        out.add(
+            "collectives",
+            {"rank": t.rank, "step": steps[k][0] if k >= 0 else -1, "group_id": gid,
+             "group_ranks": ranks_text(members), "group_seq": seq[gid], "op": op, "peer": -1,
+             "dtype": dtype, "numel_in": nin, "numel_out": nout, "enqueue_ns": ns(ts),
+             "start_ns": ns(ts), "end_ns": ns(ts + dur)},
+        )  # fmt: skip
     return out
 
 

@@ -170,15 +170,15 @@ class _State:
 
     def take(self, art: sources.Artifact) -> FileResult:
         if art.kind is None:
-            return FileResult(art.path, None, not art.named, f"skipped: {art.why}")
+            return FileResult(art.name, None, not art.named, f"skipped: {art.why}")
         rank = rank_from_path(art.path)
         size = os.path.getsize(art.path)
         self._mark(art.kind)
         try:
             message, rank = getattr(self, "_" + art.kind)(art.path, rank)
             if rank is not None and art.kind != "rank_log":
-                first = self.seen.setdefault((art.kind, rank), art.path)
-                if first != art.path:
+                first = self.seen.setdefault((art.kind, rank), art.name)
+                if first != art.name:
                     self._drop_last(art.kind)
                     raise ValueError(
                         f"rank {rank} was already imported from {first}: a second {art.kind} "
@@ -186,16 +186,16 @@ class _State:
                     )
         except (ValueError, OSError, EOFError) as exc:
             self.progress(size if art.kind != "kineto" else 0, art.path)
-            return FileResult(art.path, art.kind, False, f"{art.kind}: {exc}", rank)
+            return FileResult(art.name, art.kind, False, f"{art.kind}: {exc}", rank)
         if art.kind != "kineto":
             self.progress(size, art.path)
         if art.kind == "rank_log":
-            self.silent.append((rank, FileResult(art.path, None, True, message, rank)))
+            self.silent.append((rank, FileResult(art.name, None, True, message, rank)))
             return self.silent[-1][1]
         self.kinds.add(art.kind)
         if self.rows.count() > self.cfg.max_rows:
             self._flush()
-        return FileResult(art.path, art.kind, True, message, rank)
+        return FileResult(art.name, art.kind, True, message, rank)
 
     def _mark(self, kind: str) -> None:
         self.marks[kind] = {t: len(r) for t, r in self.rows.tables.items()}
@@ -230,6 +230,14 @@ class _State:
         dump = fr.read(path, rank)
         if not dump.format:
             raise ValueError("; ".join(dump.problems))
+        if not (dump.entries or dump.pg_config or dump.pg_status):
+            # another pickle or JSON: counting it as a rank's dump would say the rank issued
+            # nothing, and blame it for every collective of its groups
+            why = "; ".join(dump.problems)
+            raise ValueError(
+                "not a Flight Recorder dump: no entries, pg_config or pg_status"
+                + (f" ({why})" if why else "")
+            )
         host = self.cfg.host
         rows = fr.rows_of(dump, host, fr.dump_time(dump, self.ts_ns))
         for table in ("progress", "collectives"):  # members unknown: held for fill_members
@@ -316,8 +324,12 @@ class _State:
             self.rows.merge(nccl_debug.rows_of(self.nccl, self.ts_ns))
             result.meta["nccl_notes"] = {str(lg.rank): lg.notes[:10] for lg in self.nccl}
         if self.kineto:
-            self.rows.merge(kineto.rows_of(self.kineto))
             result.meta["comm_time_by_op"] = kineto.comm_time_by_op(self.kineto)
+            everyone = sorted({t.rank for t in self.kineto if t.rank is not None})
+            while self.kineto:  # one trace's rows at a time, each trace let go once written
+                self.rows.merge(kineto.rank_rows(self.kineto.pop(0), everyone))
+                if self.rows.count() > self.cfg.max_rows:
+                    self._flush()
         self._flush()
         rows = [{**r, "rank": k} for k, r in sorted(self.ranks.items()) if k >= 0]
         world = max([r.get("world_size", 0) or 0 for r in rows] + [len(rows)], default=0)

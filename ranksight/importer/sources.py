@@ -16,12 +16,14 @@ rank_log           other text: a rank's log that says nothing of the above; it
                    nothing) when other ranks' watchdog logs are imported with it
 =================  ============================================================
 
-Anything else in a folder is skipped and listed; a file named on the command line that
-is no artifact is an error for that file.
+Archives (tar of any compression, zip) are told by content too, and unpacked. Anything
+else in a folder is skipped and listed; a file named on the command line that is no
+artifact is an error for that file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
 import re
@@ -35,7 +37,6 @@ from . import nccl_debug, watchdog
 HEAD = 1 << 16
 TEXT_SCAN = 64 << 20
 """A text file is scanned up to this many bytes for a watchdog or NCCL line."""
-ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip")
 SIDE_FILES = ("meta",)
 
 
@@ -48,6 +49,13 @@ class Artifact:
     why: str = ""
     named: bool = False
     """Given on the command line by name (not found in a folder)."""
+    shown: str = ""
+    """How messages name it, where ``path`` is not that: ``archive.tar.gz:member``."""
+
+    @property
+    def name(self) -> str:
+        """The name messages give the file."""
+        return self.shown or self.path
 
 
 def head_of(path: str) -> bytes:
@@ -135,8 +143,15 @@ def _is_gz(path: str) -> bool:
 
 
 def is_archive(path: str) -> bool:
-    """A tar (any compression) or zip archive."""
-    return path.endswith(ARCHIVES) and (tarfile.is_tarfile(path) or zipfile.is_zipfile(path))
+    """A tar (plain, gzip, bzip2 or xz) or zip archive, by content whatever its name; a
+    zip written by ``torch.save`` (a checkpoint: ``*/data.pkl``) is none."""
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                return not any(n.endswith("/data.pkl") or n == "data.pkl" for n in z.namelist())
+        return tarfile.is_tarfile(path)
+    except (OSError, EOFError, zipfile.BadZipFile, tarfile.TarError):
+        return False
 
 
 def extract(path: str, into: str) -> str:
@@ -218,8 +233,12 @@ def _own_folder(real: str, skipped: set[str]) -> str:
 def _one(path: str, workdir: str, named: bool) -> list[Artifact]:
     if is_archive(path):
         try:
-            return find([extract(path, workdir)], workdir)
+            dest = extract(path, workdir)
         except ValueError as exc:
             return [Artifact(path, None, str(exc).split(": ", 1)[-1], named=True)]
+        return [
+            dataclasses.replace(a, shown=f"{path}:{os.path.relpath(a.path, dest)}")
+            for a in find([dest], workdir)
+        ]
     kind, why = sniff(path)
     return [Artifact(path, kind, why, named)]
