@@ -29,7 +29,17 @@ def is_imported(run: dict) -> bool:
 def postmortem(data, coords: pd.DataFrame) -> tuple[list[Finding], list[str]]:
     """:func:`postmortem.postmortem_findings` over the run's loaded frames."""
     world = int(data.ranks["world_size"].max()) if not data.ranks.empty else 0
-    return postmortem_findings(data.progress, data.stacks, coords, world)
+    return postmortem_findings(data.progress, data.stacks, coords, world, partial_ranks(data.run))
+
+
+def partial_ranks(run: dict) -> dict[int, str]:
+    """rank -> why its artifact tells nothing of its progress (the import's
+    ``partial_ranks``: a damaged Flight Recorder dump), from the run's ``meta_json``."""
+    try:
+        meta = json.loads(run.get("meta_json") or "{}")
+        return {int(r): str(why) for r, why in (meta.get("partial_ranks") or {}).items()}
+    except (TypeError, ValueError, AttributeError):
+        return {}
 
 
 def replay_impacts(

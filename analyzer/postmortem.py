@@ -136,14 +136,25 @@ def _finding(
 
 
 def postmortem_findings(
-    latest: pd.DataFrame, stacks: pd.DataFrame, coords: pd.DataFrame, world_size: int
+    latest: pd.DataFrame,
+    stacks: pd.DataFrame,
+    coords: pd.DataFrame,
+    world_size: int,
+    partial: dict[int, str] | None = None,
 ) -> tuple[list[Finding], list[str]]:
     """Hang findings and notes from imported snapshots (see the module doc).
     ``latest``: ``hang.LATEST``'s frame; ``stacks``: rank, stack_summary; ``coords``: rank
-    -> dp, tp, pp, host of every rank with any artifact."""
-    have = set(int(r) for r in coords.index)
+    -> dp, tp, pp, host of every rank with any artifact; ``partial``: rank -> why its
+    artifact tells nothing of its progress (a truncated dump): such a rank is undecided,
+    never taken to have issued nothing."""
+    partial = partial or {}
+    have = set(int(r) for r in coords.index) - set(partial)
     findings: list[Finding] = []
-    notes: list[str] = []
+    notes: list[str] = [
+        f"rank {r}'s Flight Recorder dump is cut short ({why}): how far it got cannot be "
+        "decided from it"
+        for r, why in sorted(partial.items())
+    ]
     stack_of = odd_stacks(stacks)
     stopped = stopped_completing(latest) if not latest.empty else {}
     behind, undecided = never_entered(latest, have) if not latest.empty else ({}, {})
@@ -182,7 +193,9 @@ def postmortem_findings(
         findings.append(_finding(r, coords, s["cause"], summary, s, 0.7))
     snapshots = not latest.empty or not stacks.empty
     missing = (
-        sorted(set(range(world_size)) - have) if snapshots and 0 < world_size <= 100_000 else []
+        sorted(set(range(world_size)) - have - set(partial))
+        if snapshots and 0 < world_size <= 100_000
+        else []
     )
     if missing:
         notes.append(
@@ -190,7 +203,8 @@ def postmortem_findings(
             "completed their ops cannot be decided; the findings rest on the other ranks"
         )
     for gid, ranks in sorted(undecided.items())[:20]:
-        notes.append(f"{gid}: members {_span(sorted(ranks))} left nothing, undecided there")
+        if left := sorted(r for r in ranks if r not in partial):
+            notes.append(f"{gid}: members {_span(left)} left nothing, undecided there")
     return findings, notes
 
 

@@ -177,6 +177,21 @@ def test_nccl_timeout_dumps_rank_that_never_joined(chdb, tmp_path) -> None:
     assert got == [(0, "", 873, 872), (0, "p2p", 97, 97), (1, "", 872, 872), (1, "p2p", 97, 97)]
 
 
+def test_cut_short_dump_is_undecided_not_blamed(chdb, tmp_path) -> None:
+    """Rank 0's dump cut at 20 kB keeps its oldest 650 entries: it must not read as rank 0
+    having stopped at #488 (rank 1, the rank that never joined, is then undecided too)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    with open(os.path.join(FR_NCCL, "nccl_trace_rank_0.gz"), "rb") as f:
+        (folder / "nccl_trace_rank_0.gz").write_bytes(f.read()[:20_000])
+    shutil.copy(os.path.join(FR_NCCL, "nccl_trace_rank_1.gz"), folder)
+    result, analysis = run(chdb, str(folder))
+    (cut,) = [f for f in result.files if f.rank == 0]
+    assert cut.ok and "damaged" in cut.message
+    assert analysis.findings == []
+    assert any(n.startswith("rank 0's Flight Recorder dump is cut short") for n in analysis.notes)
+
+
 def test_nccl_healthy_dumps_no_finding(chdb, tmp_path) -> None:
     folder = tmp_path / "in"
     folder.mkdir()

@@ -177,6 +177,12 @@ def _numel(sizes: list) -> int:
     return total
 
 
+def damaged(dump: FrDump) -> str:
+    """What cut the dump short (a truncated pickle, JSON or gzip stream), or "". Such a
+    dump lost its newest entries, so how far its rank got cannot be told from it."""
+    return "; ".join(p for p in dump.problems if " is damaged" in p)
+
+
 def dump_time(dump: FrDump, fallback_ns: int) -> int:
     """The newest time in the dump (its entries' creation/completion), else ``fallback_ns``."""
     times = [max(e["time_created_ns"], e["time_completed_ns"]) for e in dump.entries]

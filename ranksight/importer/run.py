@@ -156,6 +156,8 @@ class _State:
         self.seen: dict[tuple[str, int], str] = {}
         self.fr_unknown = Rows()
         self.fr_ranks: set[int] = set()
+        self.partial: dict[int, str] = {}
+        """rank -> why its Flight Recorder dump tells nothing of its progress (damaged)."""
         self.marks: dict[str, dict[str, int]] = {}
         self.mesh: dict = {}
         self.kinds: set[str] = set()
@@ -240,6 +242,10 @@ class _State:
             )
         host = self.cfg.host
         rows = fr.rows_of(dump, host, fr.dump_time(dump, self.ts_ns))
+        cut = fr.damaged(dump)
+        if cut and dump.rank is not None:  # its entries stop short: no progress from it
+            rows.tables.pop("progress", None)
+            self.partial[dump.rank] = cut
         for table in ("progress", "collectives"):  # members unknown: held for fill_members
             keep, held = [], self.fr_unknown.tables.setdefault(table, [])
             for r in rows.tables.get(table, []):
@@ -359,6 +365,7 @@ def _write_run(store: Store, result: ImportResult, state: _State, started: int) 
         source="import",
         host=socket.gethostname(),
         inputs=[asdict(f) for f in result.files],
+        partial_ranks={str(r): why for r, why in sorted(state.partial.items())},
         kinds=sorted(state.kinds),
     )
     row = {
