@@ -114,6 +114,21 @@ def test_nccl_debug_lagging_rank(chdb) -> None:
     assert analysis.findings[0].evidence["issued"] == 179  # 180 calls, opCount 0..0xb3
 
 
+def test_import_summary_comm_time_and_nccl_topology(chdb) -> None:
+    from ranksight.importer.command import summary_lines
+
+    result, _ = run(
+        chdb,
+        realdata("handed", "nccl_debug_lagging_4r"),
+        realdata("kineto_hta", "nccl_parser_config_nccl_data.json.gz"),
+    )
+    lines = summary_lines(result.meta)
+    assert lines[0].startswith("communication time per collective type")
+    assert "all_reduce 15 kernels" in lines[0] and "broadcast 6 kernels" in lines[0]
+    assert [x.split(" NCCL:")[0] for x in lines[1:]] == [f"rank {r}" for r in range(4)]
+    assert all("NCCL version 2.21.5" in x for x in lines[1:])
+
+
 def test_wia_worker_straggler_and_whatif(chdb) -> None:
     with open(realdata("wia_AR", "result-AR.json")) as f:
         published = json.load(f)["blocking_slowdown"]

@@ -71,6 +71,8 @@ def import_cmd(
         _fail("nothing could be imported")
     counts = ", ".join(f"{n} {t}" for t, n in sorted(result.rows.items()))
     print(f"run {result.run_id}: {counts}", file=out)
+    for line in summary_lines(result.meta):
+        print(line, file=out)
     if not report:
         return
     from ranksight.analyzer import analyze
@@ -81,3 +83,21 @@ def import_cmd(
     except StoreError as e:
         _fail(str(e))
     raise typer.Exit(rep.exit_code(analysis))
+
+
+def summary_lines(meta: dict) -> list[str]:
+    """What the import found beyond the report's findings: communication time per
+    collective type (Kineto traces) and each rank's NCCL version, topology and transport
+    lines (``NCCL_DEBUG=INFO`` logs, the first 4 a rank)."""
+    out = []
+    comm = meta.get("comm_time_by_op") or {}
+    if comm:
+        parts = [
+            f"{op} {int(v['kernels'])} kernels {v['total_ms']:.1f} ms"
+            for op, v in sorted(comm.items(), key=lambda kv: -kv[1]["total_ms"])
+        ]
+        out.append("communication time per collective type (all ranks): " + ", ".join(parts))
+    for rank, notes in sorted((meta.get("nccl_notes") or {}).items(), key=lambda kv: int(kv[0])):
+        if notes:
+            out.append(f"rank {rank} NCCL: " + "; ".join(notes[:4]))
+    return out
