@@ -154,6 +154,21 @@ def test_kineto_healthy_baselines(chdb) -> None:
     assert set(coll["group_ranks"]) == {"0,1"}  # from the kernels' metadata
 
 
+def test_kineto_compute_spilled_to_disk_gives_the_same_rows(tmp_path) -> None:
+    """Kernel times beyond the read chunk go to a file as they are read (memory bound):
+    the per-step compute must equal that of a read holding them all."""
+    from ranksight.importer import kineto
+
+    path = realdata("kineto_hta", "nccl_parser_config_nccl_data.json.gz")
+    whole = kineto.read(path, 0)
+    spill = str(tmp_path / "c.f64")
+    cut = kineto.read(path, 0, chunk=160, spill=spill)  # 10 pairs held at most
+    assert cut.spilled == whole.compute_count == 2679 and len(cut.compute) == 0
+    assert os.path.getsize(spill) == 2679 * 16
+    a, b = kineto.rank_rows(whole, [0]), kineto.rank_rows(cut, [0])
+    assert a.tables["phases"] == b.tables["phases"] and len(a.tables["phases"]) == 3
+
+
 def test_kineto_two_jobs_one_rank_is_refused_per_file(chdb) -> None:
     result, _ = run(chdb, realdata("kineto_hta"))
     bad = result.failed

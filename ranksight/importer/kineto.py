@@ -57,6 +57,13 @@ class KinetoRank:
     header: dict = field(default_factory=dict)
     steps: list[tuple[int, int, int]] = field(default_factory=list)  # (step, start, end)
     compute: array = field(default_factory=lambda: array("d"))  # start, dur, start, dur...
+    spill: str = ""
+    """File the compute kernels' (start, dur) pairs go to beyond ``keep`` (raw float64);
+    "" keeps them all in ``compute``."""
+    spilled: int = 0
+    """Pairs in ``spill``."""
+    keep: int = 1 << 62
+    """Most pairs held in ``compute`` before they are appended to ``spill``."""
     nccl: list[tuple] = field(
         default_factory=list
     )  # (start, dur, op, nelems_in, nelems_out, dtype, pg_desc, ranks)
@@ -71,6 +78,30 @@ class KinetoRank:
         return self.nccl or self.host_spans
 
     problems: list[str] = field(default_factory=list)
+
+    def spill_compute(self) -> None:
+        """Append the held compute pairs to ``spill`` and let them go (no-op without one)."""
+        if not self.spill or not self.compute:
+            return
+        with open(self.spill, "ab") as f:
+            self.compute.tofile(f)
+        self.spilled += len(self.compute) // 2
+        self.compute = array("d")
+
+    def compute_chunks(self, pairs: int = 1 << 20) -> Iterator[np.ndarray]:
+        """Every compute (start, dur) pair, ``pairs`` rows at a time, as (n, 2) arrays:
+        the spilled ones first (in the order read), then those held."""
+        if self.spilled:
+            with open(self.spill, "rb") as f:
+                while len(block := np.fromfile(f, dtype=np.float64, count=2 * pairs)):
+                    yield block.reshape(-1, 2)
+        if self.compute:
+            yield np.frombuffer(self.compute, dtype=float).reshape(-1, 2)
+
+    @property
+    def compute_count(self) -> int:
+        """Compute kernels read (spilled and held)."""
+        return self.spilled + len(self.compute) // 2
 
 
 def open_stream(path: str) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:
@@ -168,10 +199,16 @@ def _loads(text: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def read(path: str, rank: int | None, chunk: int = 4 << 20, on_read=None) -> KinetoRank:
+def read(
+    path: str, rank: int | None, chunk: int = 4 << 20, on_read=None, spill: str = ""
+) -> KinetoRank:
     """One rank's trace, streamed (see the module doc). Truncation is kept as a problem,
-    with what came before it; a file that is no Kineto trace raises TraceError."""
-    out = KinetoRank(path, rank)
+    with what came before it; a file that is no Kineto trace raises TraceError.
+
+    With ``spill`` (a file path), the compute kernels' times beyond ``chunk`` bytes are
+    appended to that file as they come, and all of them once the trace is read, so what
+    an import holds between traces is a few numbers per NCCL kernel and step."""
+    out = KinetoRank(path, rank, spill=spill, keep=max(1, chunk // 16) if spill else 1 << 62)
     try:
         for ev in events(path, chunk, on_read):
             if "__top__" in ev:
@@ -183,6 +220,7 @@ def read(path: str, rank: int | None, chunk: int = 4 << 20, on_read=None) -> Kin
         if out.events == 0:
             raise
         out.problems.append(f"{exc}; kept the {out.events} events before it")
+    out.spill_compute()
     info = out.header.get("distributedInfo") or {}
     if isinstance(info, dict):
         if info.get("rank") is not None:
@@ -211,6 +249,8 @@ def _take(out: KinetoRank, ev: dict) -> None:
             )  # fmt: skip
         else:
             out.compute.extend((ts, dur))
+            if len(out.compute) >= 2 * out.keep:
+                out.spill_compute()
     elif cat in ("cpu_op", "user_annotation") and name.startswith(("gloo:", "nccl:")):
         # c10d's profiling span of a collective on the host (CPU-only traces have no kernels)
         out.host_spans.append((ts, dur, norm_op(name), 0, 0, "", "", ""))
@@ -248,10 +288,11 @@ def rank_rows(t: KinetoRank, everyone: list[int]) -> Rows:
         out.add("steps", {"rank": t.rank, "step": step, "start_ns": ns(a), "end_ns": ns(b),
                           "loss": float("nan")})  # fmt: skip
     if steps:
-        comp = np.frombuffer(t.compute, dtype=float).reshape(-1, 2)
-        idx = np.searchsorted(starts, comp[:, 0], side="right") - 1
-        busy = np.bincount(idx[idx >= 0], weights=comp[idx >= 0, 1], minlength=len(steps))
-        if not len(comp):  # CPU-only trace: the step's host time outside collectives
+        busy = np.zeros(len(steps))
+        for comp in t.compute_chunks():
+            idx = np.searchsorted(starts, comp[:, 0], side="right") - 1
+            busy += np.bincount(idx[idx >= 0], weights=comp[idx >= 0, 1], minlength=len(steps))
+        if not t.compute_count:  # CPU-only trace: the step's host time outside collectives
             comm = np.array([(c[0], c[1]) for c in t.collectives], dtype=float).reshape(-1, 2)
             cidx = np.searchsorted(starts, comm[:, 0], side="right") - 1
             waited = np.bincount(cidx[cidx >= 0], weights=comm[cidx >= 0, 1], minlength=len(steps))

@@ -134,6 +134,7 @@ def import_paths(
         found = sources.find(paths, tmp, skip=[str(own)] if own else [])
         result = ImportResult(run_id, cfg.attempt)
         state = _State(cfg, _Writer(store, run_id, cfg.attempt), started, on_progress)
+        state.tmp = tmp
         state.total = sum(os.path.getsize(a.path) for a in found if a.kind)
         for art in found:
             result.files.append(state.take(art))
@@ -164,6 +165,8 @@ class _State:
         self.done = 0
         self.total = 0
         self.ranks: dict[int, dict] = {}
+        self.tmp = tempfile.gettempdir()
+        """Folder for spilled trace data (the import's temporary folder)."""
 
     def progress(self, n: int, path: str) -> None:
         self.done += n
@@ -296,7 +299,11 @@ class _State:
         return f"{len(threads)} threads", rank
 
     def _kineto(self, path: str, rank: int | None) -> tuple[str, int | None]:
-        trace = kineto.read(path, rank, self.cfg.chunk_bytes, lambda n: self.progress(n, path))
+        fd, spill = tempfile.mkstemp(prefix="compute-", suffix=".f64", dir=self.tmp)
+        os.close(fd)
+        trace = kineto.read(
+            path, rank, self.cfg.chunk_bytes, lambda n: self.progress(n, path), spill=spill
+        )
         if trace.rank is None:
             raise ValueError("no rank in distributedInfo or the file name")
         self.kineto.append(trace)
@@ -333,7 +340,10 @@ class _State:
             result.meta["comm_time_by_op"] = kineto.comm_time_by_op(self.kineto)
             everyone = sorted({t.rank for t in self.kineto if t.rank is not None})
             while self.kineto:  # one trace's rows at a time, each trace let go once written
-                self.rows.merge(kineto.rank_rows(self.kineto.pop(0), everyone))
+                trace = self.kineto.pop(0)
+                self.rows.merge(kineto.rank_rows(trace, everyone))
+                if trace.spill and os.path.exists(trace.spill):
+                    os.remove(trace.spill)
                 if self.rows.count() > self.cfg.max_rows:
                     self._flush()
         self._flush()
