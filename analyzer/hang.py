@@ -59,7 +59,9 @@ def _members(s: str) -> list[int]:
 def wait_edges(latest: pd.DataFrame) -> tuple[list[dict], dict[int, dict]]:
     """Blocked -> missing edges from the latest snapshot per (rank, group, direction,
     peer): in a collective group, a rank blocked in seq n waits for members that have not
-    issued n; a rank blocked in a recv waits for the peer whose matching send is not issued."""
+    issued n; a rank blocked in a recv waits for the peer whose matching send is not
+    issued, and one whose send never completed for the peer that has not posted the
+    matching recv."""
     edges, blocked = [], {}
     coll = latest[latest["direction"] == ""]
     for gid, rows in coll.groupby("group_id"):
@@ -81,25 +83,28 @@ def wait_edges(latest: pd.DataFrame) -> tuple[list[dict], dict[int, dict]]:
                         }
                     )
     p2p = latest[latest["direction"] != ""]
-    sends = {
-        (int(r.rank), int(r.peer), r.group_id): int(r.issued)
-        for r in p2p[p2p["direction"] == "send"].itertuples()
+    posted = {
+        (d, int(r.rank), int(r.peer), r.group_id): int(r.issued)
+        for d in ("send", "recv")
+        for r in p2p[p2p["direction"] == d].itertuples()
     }
-    for r in p2p[(p2p["direction"] == "recv") & (p2p["completed"] < p2p["issued"])].itertuples():
-        blocked.setdefault(
-            int(r.rank), {"group_id": r.group_id, "op": "recv", "seq": int(r.issued)}
-        )
-        if sends.get((int(r.peer), int(r.rank), r.group_id), -1) < r.issued:
-            edges.append(
-                {
-                    "waiter": int(r.rank),
-                    "holder": int(r.peer),
-                    "group_id": r.group_id,
-                    "op": "recv",
-                    "seq": int(r.issued),
-                    "kind": "p2p",
-                }
-            )
+    pending = p2p[p2p["completed"] < p2p["issued"]]
+    # a recv waits for its peer's send; a send that never completed (pipelining waits on
+    # its sends too) waits for the peer's recv
+    for d, other in (("recv", "send"), ("send", "recv")):
+        for r in pending[pending["direction"] == d].itertuples():
+            blocked.setdefault(int(r.rank), {"group_id": r.group_id, "op": d, "seq": int(r.issued)})
+            if posted.get((other, int(r.peer), int(r.rank), r.group_id), -1) < r.issued:
+                edges.append(
+                    {
+                        "waiter": int(r.rank),
+                        "holder": int(r.peer),
+                        "group_id": r.group_id,
+                        "op": d,
+                        "seq": int(r.issued),
+                        "kind": "p2p",
+                    }
+                )
     return edges, blocked
 
 

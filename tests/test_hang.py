@@ -90,3 +90,23 @@ def test_every_rank_inside_the_stuck_op_has_no_single_culprit():
     latest = pd.DataFrame([snap(0, "tp0", "0,1", 7, 6, 100), snap(1, "tp0", "0,1", 7, 6, 100)])
     f = hang_finding(find_hang(latest, last_step_end_ns=60 * S), coords())
     assert (f.kind, f.culprit_rank, f.cause) == ("hang", -1, "all_blocked")
+
+
+def test_a_send_that_never_completed_waits_for_the_peer_that_never_posted_its_recv():
+    # rank 2 (pipeline stage 1) hangs outside communication; rank 0 is blocked in its DP
+    # all_reduce waiting for rank 1, and rank 1 only has a pipeline send to rank 3 pending
+    # (rank 3 never posted the recv): the root is rank 3, not rank 1
+    latest = pd.DataFrame(
+        [
+            snap(0, "dp", "0,1", 15, 14, 100),
+            snap(1, "dp", "0,1", 14, 14, 100),
+            snap(1, "pp", "1,3", 23, 22, 100, direction="send", peer=3, op="send"),
+            snap(3, "pp", "1,3", 22, 22, 100, direction="recv", peer=1, op="recv"),
+        ]
+    )
+    report = find_hang(latest, last_step_end_ns=70 * S)
+    assert report.roots == [3]
+    assert {(e["waiter"], e["holder"], e["kind"]) for e in report.waits} == {
+        (0, 1, "collective"),
+        (1, 3, "p2p"),
+    }
