@@ -23,6 +23,7 @@ FROM
     SELECT group_id, group_seq, group_ranks, rank, op, dtype,
            multiIf(op = 'scatter', numel_out, op = 'all_to_all', toUInt64(0), numel_in) AS size
     FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND peer = -1
+      AND group_id IN %(groups)s
 )
 GROUP BY group_id, group_seq
 HAVING n_ops > 1 OR n_sizes > 1 OR n_dtypes > 1

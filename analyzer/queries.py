@@ -288,7 +288,16 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
     """Run the pushdown queries for one run attempt. Raises UnknownRun or StoreError."""
     run, attempt = resolve_attempt(store, run_id, attempt)
     p = {"run_id": run_id, "attempt": attempt}
-    mismatches = _query(store, desync.MISMATCHES, p)
+    transfer = _query(store, slow_comm.TRANSFER, p)
+    odd = (
+        sorted(transfer.loc[transfer["mismatched"] > 0, "group_id"].unique())
+        if not transfer.empty
+        else []
+    )
+    mismatches = (
+        _query(store, desync.MISMATCHES, {**p, "groups": tuple(odd)}) if odd else pd.DataFrame()
+    )
+    transfer = transfer[transfer["instances"] > 0] if not transfer.empty else transfer
     usual = (
         _query(store, desync.USUAL, {**p, "groups": tuple(mismatches["group_id"].unique())})
         if not mismatches.empty
@@ -312,7 +321,7 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
         groups=_query(store, GROUPS, p),
         progress=_query(store, hang.LATEST, p),
         transfer=pd.concat(
-            [_query(store, slow_comm.TRANSFER, p), _query(store, slow_comm.TRANSFER_P2P, p)],
+            [transfer, _query(store, slow_comm.TRANSFER_P2P, p)],
             ignore_index=True,
         ),
         fetch_waits=lambda holders: fetch_waits(store, p, holders),

@@ -50,21 +50,28 @@ class SlowGroup:
 
 
 TRANSFER = """
-SELECT group_id, at_step AS step, avg(transfer) AS transfer_mean, avg(skew) AS skew_mean,
-       count() AS instances, sum(payload) AS step_bytes
+SELECT group_id, at_step AS step, avgIf(transfer, open = 0) AS transfer_mean,
+       avgIf(skew, open = 0) AS skew_mean, countIf(open = 0) AS instances,
+       sumIf(payload, open = 0) AS step_bytes, sum(differ) AS mismatched
 FROM
 (
     SELECT group_id, group_seq, any(step) AS at_step, max(bytes) AS payload,
-           max(end_ns) - max(start_ns) AS transfer, max(start_ns) - min(start_ns) AS skew
-    FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s
-      AND peer = -1 AND end_ns > 0
+           max(end_ns) - max(start_ns) AS transfer, max(start_ns) - min(start_ns) AS skew,
+           countIf(end_ns = 0) AS open,
+           min(op) != max(op) OR min(dtype) != max(dtype)
+             OR min(multiIf(op = 'scatter', numel_out, op = 'all_to_all', toUInt64(0), numel_in))
+                != max(multiIf(op = 'scatter', numel_out, op = 'all_to_all', toUInt64(0), numel_in))
+             AS differ
+    FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND peer = -1
     GROUP BY group_id, group_seq
 )
 GROUP BY group_id, at_step
 """
 """Per (group, step): mean time from the last member's arrival to the end (transfer, ns),
 mean spread of arrivals (skew, ns), the number of collective instances and the bytes
-they moved (groups are compared only with groups that move as much). One
+they moved (groups are compared only with groups that move as much), over the instances
+every member completed; and how many instances had members issuing different ops, sizes
+or dtypes (``mismatched``: the desync query then runs on those groups only). One
 aggregation, no join: every member of an instance ends within microseconds of the others."""
 
 
