@@ -1,12 +1,24 @@
-"""Import throughput and peak memory for large Kineto traces.
+"""Import throughput and peak memory for large Kineto traces, against the memory budget.
 
-Builds N rank traces of about SIZE MB each by repeating a real trace's events
-(``../shared/realdata/kineto_hta/nccl_parser_config_nccl_data.json.gz``, shifted in time
-per copy, NCCL kernels included), then imports them into a fresh chdb store in a child
-process and reports MB/s (uncompressed JSON) and the child's peak RSS, next to the peak
-RSS of ``json.load`` of one trace measured the same way.
+Builds N rank traces of about SIZE MB each (uncompressed JSON, in a temporary folder
+under /tmp, removed at the end unless ``--keep``) by repeating a real trace's events
+(``../shared/realdata/kineto_hta/nccl_parser_config_nccl_data.json.gz``: an 8-GPU
+training step's CPU ops, CUDA runtime calls, kernels, NCCL kernels with their metadata,
+memcpys and flow events), each copy shifted in time past the previous one and renamed to
+its own ``ProfilerStep#``, each rank shifted by a few microseconds. Then, each in a child
+process of its own (peak RSS from getrusage), side by side in one run:
 
-Run: flock /tmp/ranksight-cpu.lock python bench/import.py [--ranks 8] [--mb 200] [--memory-mb 256]
+- the base: ``ranksight import`` of a 1 MB trace made the same way (the process with
+  pandas, pyarrow, chdb and the store loaded, and no trace to speak of);
+- ``ranksight import`` of all N traces at each ``--memory-mb`` budget, and of 2 of them
+  at the first budget (does the peak grow with the input?);
+- ``json.load`` of one trace (what reading a trace whole costs).
+
+It prints MB/s (uncompressed JSON over the child's wall time) and peak RSS, and peak RSS
+minus the base against the budget.
+
+Run: flock /tmp/ranksight-cpu.lock python bench/import.py [--ranks 8] [--mb 200]
+     [--memory-mb 64,256]
 """
 
 from __future__ import annotations
@@ -15,7 +27,9 @@ import argparse
 import gzip
 import json
 import os
+import platform
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,31 +39,51 @@ SRC = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "realdata", 
                    "nccl_parser_config_nccl_data.json.gz")  # fmt: skip
 
 
-def make_trace(path: str, rank: int, mb: int) -> int:
-    """Write a ~``mb`` MB trace for ``rank``; returns its size in bytes."""
-    with gzip.open(SRC, "rt") as f:
-        top = json.load(f)
-    events = top.pop("traceEvents")
-    top["distributedInfo"] = {**top.get("distributedInfo", {}), "rank": rank, "world_size": 8}
-    span = max(e.get("ts", 0) + e.get("dur", 0) for e in events) - min(
-        e.get("ts", 0) for e in events
-    )
-    lines = [json.dumps(e) for e in events]
-    size = 0
+def _templates(events: list[dict]) -> list[tuple[str, float | None, str]]:
+    """Each event as (text before its ts value, ts, text after), ``ProfilerStep#N`` names
+    marked ``{step}`` for renumbering."""
+    out = []
+    for e in events:
+        ts = e.get("ts")
+        if isinstance(ts, (int, float)):
+            e = {**e, "ts": "@TS@"}
+        text = json.dumps(e).replace("ProfilerStep#", "ProfilerStep#{step}")
+        if isinstance(ts, (int, float)):
+            a, b = text.split('"@TS@"', 1)
+            out.append((a, ts, b))
+        else:
+            out.append((text, None, ""))
+    return out
+
+
+def make_trace(path: str, rank: int, mb: float, world: int, top: dict, tpl: list) -> int:
+    """Write a ~``mb`` MB trace for ``rank`` from the templates; returns its size (bytes)."""
+    tss = [t for _, t, _ in tpl if t is not None]
+    span = max(tss) - min(tss)
+    head = {**top, "distributedInfo": {**top.get("distributedInfo", {}), "rank": rank,
+                                        "world_size": world}}  # fmt: skip
+    size, copy, limit = 0, 0, int(mb * (1 << 20))
     with open(path, "w") as out:
-        out.write(json.dumps(top)[:-1] + ', "traceEvents": [\n')
-        copy = 0
-        while size < mb << 20:
-            shift = copy * (span + 1000)
-            for e, text in zip(events, lines, strict=True):
-                if "ts" in e:
-                    text = text.replace(
-                        f'"ts": {json.dumps(e["ts"])}', f'"ts": {e["ts"] + shift}', 1
-                    )
-                    if "ProfilerStep#" in e.get("name", ""):
-                        text = text.replace("ProfilerStep#", f"ProfilerStep#{copy}0")
-                out.write(("," if size else "") + text + "\n")
-                size += len(text) + 2
+        out.write(json.dumps(head)[:-1] + ', "traceEvents": [\n')
+        while size < limit:
+            shift = copy * (span + 1000.0) + rank * 7.0
+            step = f"{copy}0"
+            parts = []
+            for a, ts, b in tpl:
+                if ts is None:
+                    parts.append(a)
+                else:
+                    parts.append(f"{a}{ts + shift:.3f}{b}")
+            room = limit - size  # the last copy is cut at an event to end near the size
+            if sum(len(x) + 2 for x in parts) > room:
+                n, used = 0, 0
+                while n < len(parts) and used < room:
+                    used += len(parts[n]) + 2
+                    n += 1
+                parts = parts[: max(n, 1)]
+            text = ",\n".join(parts).replace("ProfilerStep#{step}", f"ProfilerStep#{step}")
+            out.write(("," if copy else "") + text + "\n")
+            size += len(text) + 2
             copy += 1
         out.write("]}\n")
     return os.path.getsize(path)
@@ -63,39 +97,83 @@ def child(mode: str, paths: list[str], memory_mb: int) -> None:
         from ranksight.importer import ImportConfig, import_paths
         from ranksight.store import open_store
 
-        store = open_store(tempfile.mkdtemp(prefix="bench-import-"))
+        folder = tempfile.mkdtemp(prefix="bench-import-store-")
+        store = open_store(folder)
         store.init_schema()
-        import_paths(store, paths, ImportConfig(run_id="bench", memory_mb=memory_mb))
+        r = import_paths(store, paths, ImportConfig(run_id="bench", memory_mb=memory_mb))
+        bad = [f.message for f in r.files if not f.ok or "truncated" in f.message]
+        if bad or len(r.imported) != len(paths):
+            raise SystemExit(f"import failed: {bad}")
+        shutil.rmtree(folder, ignore_errors=True)
     print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
 def measure(mode: str, paths: list[str], memory_mb: int) -> dict:
     t = time.perf_counter()
     out = subprocess.run([sys.executable, __file__, "--child", mode, "--memory-mb", str(memory_mb), *paths],
-                         capture_output=True, text=True, check=True)  # fmt: skip
-    return {**json.loads(out.stdout.strip().splitlines()[-1]), "s": time.perf_counter() - t}
+                         capture_output=True, text=True)  # fmt: skip
+    if out.returncode:
+        raise SystemExit(f"{mode} child failed: {out.stderr[-2000:]}")
+    mb = sum(os.path.getsize(p) for p in paths) / (1 << 20)
+    s = time.perf_counter() - t
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "s": s, "mb": mb}
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--ranks", type=int, default=8)
-    p.add_argument("--mb", type=int, default=200)
-    p.add_argument("--memory-mb", type=int, default=256)
+    p.add_argument("--mb", type=float, default=200)
+    p.add_argument("--memory-mb", default="64,256", help="budgets, MiB, comma-separated")
+    p.add_argument("--keep", default=None, help="folder to keep (and reuse) the traces in")
     p.add_argument("--child", default=None)
     p.add_argument("paths", nargs="*")
     a = p.parse_args()
     if a.child:
-        return child(a.child, a.paths, a.memory_mb)
-    tmp = tempfile.mkdtemp(prefix="bench-kineto-")
-    paths = [os.path.join(tmp, f"trace_rank{r}.json") for r in range(a.ranks)]
-    total = sum(make_trace(path, r, a.mb) for r, path in enumerate(paths)) / (1 << 20)
-    imp = measure("import", paths, a.memory_mb)
-    js = measure("json", paths[:1], a.memory_mb)
-    print(f"{a.ranks} traces, {total:.0f} MB in all ({total / a.ranks:.0f} MB each)")
-    print(f"ranksight import: {imp['s']:.1f} s, {total / imp['s']:.1f} MB/s, peak RSS {imp['peak_rss_mb']:.0f} MB "
-          f"(budget {a.memory_mb} MB)")  # fmt: skip
-    print(f"json.load of ONE trace: {js['s']:.1f} s, peak RSS {js['peak_rss_mb']:.0f} MB")
-    print(f"ratio: import peak / json.load-one peak = {imp['peak_rss_mb'] / js['peak_rss_mb']:.2f}")
+        return child(a.child, a.paths, int(a.memory_mb))
+    budgets = [int(x) for x in a.memory_mb.split(",")]
+    tmp = a.keep or tempfile.mkdtemp(prefix="bench-kineto-", dir="/tmp")
+    os.makedirs(tmp, exist_ok=True)
+    with gzip.open(SRC, "rt") as f:
+        top = json.load(f)
+    tpl = _templates(top.pop("traceEvents"))
+    t = time.perf_counter()
+    paths = []
+    for r in range(a.ranks):
+        path = os.path.join(tmp, f"trace_rank{r}.json")
+        if not os.path.exists(path) or abs(os.path.getsize(path) / (1 << 20) - a.mb) > 5:
+            make_trace(path, r, a.mb, a.ranks, top, tpl)
+        paths.append(path)
+    tiny = os.path.join(tmp, "tiny", "trace_rank0.json")
+    os.makedirs(os.path.dirname(tiny), exist_ok=True)
+    make_trace(tiny, 0, 1, 1, top, tpl)
+    print(f"traces ready in {time.perf_counter() - t:.0f} s ({tmp})")
+    try:
+        rows = [("base: import of one 1 MB trace", measure("import", [tiny], budgets[0]), 0)]
+        for b in budgets:
+            rows.append(
+                (f"import {a.ranks} traces, --memory-mb {b}", measure("import", paths, b), b)
+            )
+        rows.append((f"import 2 traces, --memory-mb {budgets[0]}", measure("import", paths[:2], budgets[0]), budgets[0]))  # fmt: skip
+        rows.append(("json.load of one trace", measure("json", paths[:1], budgets[0]), 0))
+    finally:
+        if not a.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    base = rows[0][1]["peak_rss_mb"]
+    print(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.processor() or platform.machine()}, "
+          f"Python {platform.python_version()}")  # fmt: skip
+    print(
+        f"{a.ranks} traces of {rows[1][1]['mb'] / a.ranks:.0f} MB ({rows[1][1]['mb']:.0f} MB in all)"
+    )
+    print("| what | input MB | time s | MB/s | peak RSS MB | peak - base MB | budget MB |")
+    print("|---|---|---|---|---|---|---|")
+    for name, m, b in rows:
+        over = m["peak_rss_mb"] - base
+        print(f"| {name} | {m['mb']:.0f} | {m['s']:.1f} | {m['mb'] / m['s']:.1f} | {m['peak_rss_mb']:.0f} | "
+              f"{over:.0f} | {b or '-'} |")  # fmt: skip
+    for name, m, b in rows[1:-1]:
+        ok = m["peak_rss_mb"] - base <= b
+        print(f"{name}: peak - base = {m['peak_rss_mb'] - base:.0f} MB "
+              f"{'within' if ok else 'OVER'} the {b} MB budget")  # fmt: skip
 
 
 if __name__ == "__main__":
