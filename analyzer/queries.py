@@ -288,6 +288,8 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
     """Run the pushdown queries for one run attempt. Raises UnknownRun or StoreError."""
     run, attempt = resolve_attempt(store, run_id, attempt)
     p = {"run_id": run_id, "attempt": attempt}
+    steps = _query(store, STEPS, p)
+    bucket = max(1, int(steps["step"].max() + 1) // 10) if not steps.empty else 1
     transfer = _query(store, slow_comm.TRANSFER, p)
     odd = (
         sorted(transfer.loc[transfer["mismatched"] > 0, "group_id"].unique())
@@ -308,7 +310,7 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
         attempt=attempt,
         run=run,
         ranks=_query(store, RANKS, p),
-        steps=_query(store, STEPS, p),
+        steps=steps,
         phases=pd.DataFrame(),
         phase_totals=_query(
             store, PHASE_TOTALS, {**p, "compute": COMPUTE_PHASES, "data": DATA_PHASES}
@@ -321,7 +323,7 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
         groups=_query(store, GROUPS, p),
         progress=_query(store, hang.LATEST, p),
         transfer=pd.concat(
-            [transfer, _query(store, slow_comm.TRANSFER_P2P, p)],
+            [transfer, _query(store, slow_comm.TRANSFER_P2P, {**p, "bucket": bucket})],
             ignore_index=True,
         ),
         fetch_waits=lambda holders: fetch_waits(store, p, holders),

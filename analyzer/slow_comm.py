@@ -76,7 +76,8 @@ aggregation, no join: every member of an instance ends within microseconds of th
 
 
 TRANSFER_P2P = """
-SELECT concat(group_id, ':', toString(src), '>', toString(dst)) AS group_id, at_step AS step,
+SELECT concat(group_id, ':', toString(src), '>', toString(dst)) AS group_id,
+       intDiv(at_step, %(bucket)s) * %(bucket)s AS step,
        avg(transfer) AS transfer_mean, avg(skew) AS skew_mean,
        count() AS instances, sum(payload) AS step_bytes
 FROM
@@ -95,13 +96,14 @@ FROM
     GROUP BY group_id, src, dst, group_seq
     HAVING sides = 2
 )
-GROUP BY group_id, src, dst, at_step
+GROUP BY group_id, src, dst, step
 """
 """TRANSFER for point-to-point links (pipeline sends and recvs): one "group" per
 direction of a pair, ``<group>:<src>><dst>``; an instance is a send and its recv (matched
 by their per-pair sequence number); transfer is the recv's end after both were posted.
 A slow link out of a rank shows as its pairs being slow against the other pairs of the
-same axis."""
+same axis. Steps are taken ``%(bucket)s`` at a time (1 for short runs): a big job has
+tens of thousands of pairs, each pair's transfer per bucket is what is compared."""
 
 
 def pair_members(group_id: str) -> list[int] | None:
