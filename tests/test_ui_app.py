@@ -135,6 +135,29 @@ def test_overview_shows_the_achieved_model_flops_of_the_demo_and_says_why_no_mfu
     assert trace["yaxis"] == "y3"  # second axis of the throughput panel
 
 
+def test_overview_shows_mfu_when_the_run_recorded_its_peak_flops(monkeypatch, tmp_path):
+    from ranksight.synthetic import SynthConfig, write_synthetic
+    from ranksight.ui.data import overview
+    from ranksight.ui.data.run import load_run_view
+
+    url = str(tmp_path / "store")
+    meta = {"model_flops_per_token": 6e9, "peak_flops_per_rank": 1e15, "peak_flops_source": "x"}
+    with open_store(url) as s:
+        s.init_schema()
+        write_synthetic(s, SynthConfig(dp=2, tp=2, pp=2, steps=6, run_id="gpu"))
+        rows = s.query("SELECT * FROM runs WHERE run_id = 'gpu'").sort_values("updated_ns")
+        meta.update(json.loads(max(rows["meta_json"], key=len) or "{}"))  # the longest wins
+        row = rows.iloc[[-1]]
+        s.insert("runs", row.assign(updated_ns=row["updated_ns"] + 1, meta_json=json.dumps(meta)))
+        series = overview.step_series(s, load_run_view(s, "gpu"))
+    want = (series["tokens_per_s"] * 6e9 / (8 * 1e15)).iloc[1:].median()
+    at = page(monkeypatch, url, page="overview", run="gpu")
+    assert {m.label: m.value for m in at.metric}["MFU"] == f"{100 * want:.1f}%"
+    names = [t["name"] for t in chart_spec(at, "overview_chart")["data"]]
+    assert "MFU %" in names and "model TFLOP/s" not in names
+    assert any("MFU against 1,000.0 TFLOP/s per rank" in c.value for c in at.caption)
+
+
 def test_heatmap_draws_every_rank_and_step_with_the_stored_numbers(monkeypatch, stored):
     at = page(monkeypatch, stored.store, page="heatmap", run=stored.run_id, order="rank")
     trace = chart_spec(at, "heatmap_chart")["data"][0]
