@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ranksight.mesh import MeshAxis
@@ -22,9 +23,24 @@ def group_axis(member_ranks: list[int], coords: pd.DataFrame) -> str:
 
 
 def group_axes(groups: pd.DataFrame, coords: pd.DataFrame) -> dict[str, str]:
-    """``{group_id: axis}`` for a frame with columns group_id, group_ranks ("0,1,...")."""
+    """``{group_id: axis}`` for a frame with columns group_id, group_ranks ("0,1,...").
+    Same answers as :func:`group_axis`, with the coordinates looked up in numpy arrays
+    (thousands of groups at 16k ranks)."""
+    axes = [a.value for a in MeshAxis]
+    rank_set = set(int(r) for r in coords.index)
+    pos = {int(r): i for i, r in enumerate(coords.index)}
+    table = coords[axes].to_numpy()
     out = {}
     for gid, ranks in zip(groups["group_id"], groups["group_ranks"], strict=True):
         members = [int(r) for r in str(ranks).split(",") if r]
-        out[gid] = group_axis(members, coords)
+        if len(members) == len(rank_set) and set(members) == rank_set:
+            out[gid] = "world"
+            continue
+        try:
+            sub = table[[pos[m] for m in members]]
+        except KeyError:
+            out[gid] = "mixed"
+            continue
+        varying = [a for j, a in enumerate(axes) if len(np.unique(sub[:, j])) > 1]
+        out[gid] = varying[0] if len(varying) == 1 else "mixed"
     return out

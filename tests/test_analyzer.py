@@ -105,3 +105,21 @@ def test_with_one_same_stage_peer_only_a_large_gap_names_a_rank():
     assert find_slow_ranks(totals(1.4), role, steps) == []  # which of the two is off?
     (slow,) = find_slow_ranks(totals(3.0), role, steps)
     assert (slow.rank, slow.onset_step) == (1, 3)
+
+
+def test_group_axes_agree_with_the_one_group_rule():
+    import pandas as pd
+
+    from ranksight.analyzer.groups import group_axes, group_axis
+
+    rows = [
+        {"rank": r, "dp": (r // 2) % 4, "tp": r % 2, "pp": r // 8, "host": "h"} for r in range(16)
+    ]
+    coords = pd.DataFrame(rows).set_index("rank")
+    ids = ["tp", "dp", "pp", "world", "mixed", "unknown"]
+    members = ["0,1", "0,2,4,6", "0,8", ",".join(map(str, range(16))), "0,3", "0,99"]
+    groups = pd.DataFrame({"group_id": ids, "group_ranks": members})
+    expected = {g: group_axis([int(x) for x in m.split(",")], coords) for g, m in zip(ids, members)}
+    assert group_axes(groups, coords) == expected
+    assert expected == {"tp": "tp", "dp": "dp", "pp": "pp", "world": "world", "mixed": "mixed",
+                        "unknown": "mixed"}  # fmt: skip
