@@ -119,7 +119,10 @@ def test_group_axes_agree_with_the_one_group_rule():
     ids = ["tp", "dp", "pp", "world", "mixed", "unknown"]
     members = ["0,1", "0,2,4,6", "0,8", ",".join(map(str, range(16))), "0,3", "0,99"]
     groups = pd.DataFrame({"group_id": ids, "group_ranks": members})
-    expected = {g: group_axis([int(x) for x in m.split(",")], coords) for g, m in zip(ids, members)}
+    expected = {
+        g: group_axis([int(x) for x in m.split(",")], coords)
+        for g, m in zip(ids, members, strict=True)
+    }
     assert group_axes(groups, coords) == expected
     assert expected == {"tp": "tp", "dp": "dp", "pp": "pp", "world": "world", "mixed": "mixed",
                         "unknown": "mixed"}  # fmt: skip
