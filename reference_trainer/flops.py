@@ -16,7 +16,7 @@ from __future__ import annotations
 from ranksight.reference_trainer.config import ModelConfig
 from ranksight.reference_trainer.model import count_params
 
-FORMULA = "6N + 12LHQT per token (PaLM, Chowdhery et al. 2022, appendix B)"
+FORMULA = "6N + 12LHQT (PaLM, Chowdhery et al. 2022, appendix B)"
 
 PEAK_TFLOPS: dict[tuple[str, str], float] = {
     ("H100 SXM", "bf16"): 989.4,
@@ -65,10 +65,13 @@ def peak_flops(device_type: str, device_name: str, dtype: str) -> tuple[float | 
     it is not known: any CPU (its peak depends on cores, clocks and vector units the job
     cannot see reliably), a GPU not in :data:`PEAK_TFLOPS`."""
     if device_type != "cuda":
-        return None, f"unknown: peak FLOP/s of a {device_type} rank is not recorded"
+        return (
+            None,
+            f"unknown for {device_type} ranks (it depends on cores, clocks and vector units)",
+        )
     model = gpu_model(device_name)
     if model is None or (model, dtype) not in PEAK_TFLOPS:
-        return None, f"unknown: {device_name!r} ({dtype}) is not in the peak table"
+        return None, f"unknown for {device_name!r} ({dtype}): not in the peak table"
     return PEAK_TFLOPS[(model, dtype)] * 1e12, f"NVIDIA {model} datasheet, {dtype} dense"
 
 

@@ -17,6 +17,7 @@ from ranksight.analyzer.queries import load_findings
 from ranksight.store import open_store
 from ranksight.ui import APP_PATH
 from ranksight.ui.data.hosts import NIC_COUNTERS
+from ranksight.ui.views.overview import duration_text
 from tests.ui_stores import (
     chart_spec,
     compute_ms,
@@ -81,7 +82,7 @@ def test_overview_shows_step_time_and_the_finding_with_its_evidence(monkeypatch,
     with open_store(stored.store) as s:
         wall = step_wall_ms(s, stored.run_id)
     i, finding = straggler(stored.store, stored.run_id)
-    assert metrics["median step"] == f"{wall.iloc[1:].median():.0f} ms"
+    assert metrics["median step"] == duration_text(wall.iloc[1:].median())
     spec = chart_spec(at, "overview_chart")
     assert list(decode(spec["data"][0]["y"]).astype(float).round(3)) == list(wall.round(3))
     headline = f"{i + 1}. straggler: rank {stored.culprit}, compute"

@@ -72,3 +72,10 @@ def test_overview_draws_markers_only_on_short_series():
     long = overview_figure(series(1000), {})
     assert short.data[0].mode == "lines+markers" and long.data[0].mode == "lines"
     assert long.data[2].mode == "lines"  # tokens/s
+
+
+def test_step_time_reads_in_ms_below_a_second_and_in_s_above():
+    from ranksight.ui.views.overview import duration_text
+
+    assert duration_text(850.2) == "850 ms" and duration_text(1980.4) == "1.98 s"
+    assert duration_text(999.4) == "999 ms" and duration_text(999.6) == "1.00 s"

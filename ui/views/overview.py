@@ -41,7 +41,7 @@ def _flops_note(ctx: PageContext, series: pd.DataFrame) -> str:
         return "MFU: not shown (the run recorded no model FLOPs per token)."
     meta = _meta(ctx)
     how = meta.get("model_flops_formula") or "as the run recorded it"
-    text = f"Model FLOPs: {per_token / 1e6:,.2f} MFLOP per token ({how})."
+    text = f"Model FLOPs: {per_token / 1e6:,.2f} MFLOP per token, by {how}."
     if peak is None:
         why = meta.get("peak_flops_source") or "unknown"
         tail = _tail(ctx, series)
@@ -54,6 +54,11 @@ def _flops_note(ctx: PageContext, series: pd.DataFrame) -> str:
         text
         + f" MFU against {peak / 1e12:,.1f} TFLOP/s per rank ({_meta(ctx).get('peak_flops_source', 'recorded')})."
     )
+
+
+def duration_text(ms: float) -> str:
+    """``"850 ms"`` below a second, ``"1.98 s"`` from there (fits a metric column)."""
+    return f"{ms:.0f} ms" if ms < 999.5 else f"{ms / 1000:.2f} s"
 
 
 def _meta(ctx: PageContext) -> dict:
@@ -77,7 +82,7 @@ def _headline(ctx: PageContext, series: pd.DataFrame) -> None:
     cols[2].metric("mesh dp x tp x pp", f"{shape['dp']} x {shape['tp']} x {shape['pp']}")
     cols[3].metric("steps", len(series) and int(series["n_steps"].sum()))
     tail = _tail(ctx, series)
-    cols[4].metric("median step", f"{tail['step_ms'].median():.0f} ms" if len(tail) else "-")
+    cols[4].metric("median step", duration_text(tail["step_ms"].median()) if len(tail) else "-")
     cols[5].metric("tokens/s", f"{tail['tokens_per_s'].median():,.0f}" if len(tail) else "-")
     if len(tail) and tail["mfu"].notna().any():
         cols[6].metric("MFU", f"{100 * tail['mfu'].median():.1f}%")
