@@ -243,6 +243,65 @@ def test_gloo_slow_kineto_and_fr_mixed(chdb) -> None:
     assert f.evidence["whatif"]["slowdown"] > 1.5
 
 
+def test_nccl_slow_kineto_and_fr_one_row_per_collective(chdb) -> None:
+    """2x H200, NCCL, ``slow:rank=1,factor=3,from_step=2``: CUDA Kineto traces of steps
+    2-7 and Flight Recorder dumps of the same default group. The kernels take the dumps'
+    sequence numbers (no second row per collective, no desync), and rank 1's step time
+    outside NCCL kernels (its GPU idles while its host computes slowly) names it."""
+    result, analysis = run(chdb, os.path.join(DATA, "nccl_slow"))
+    assert {f.kind for f in result.imported} == {"kineto", "flight_recorder"}
+    assert result.rows["collectives"] == 104  # 52 dump entries per rank, kernels merged in
+    (f,) = analysis.findings
+    assert (f.kind, f.culprit_rank, f.cause) == ("straggler", 1, "compute")
+    assert 2.0 < f.evidence["median_ratio"] < 4.0
+    coll = chdb.query(
+        "SELECT rank, group_seq, step, count() AS n FROM collectives WHERE run_id = 'r' "
+        "GROUP BY rank, group_seq, step"
+    )
+    assert coll["n"].max() == 1
+    # the kernels of steps 2-7 sit at the dumps' #11-#40 (5 all_reduces a step, from #1)
+    for rank in (0, 1):
+        mine = coll[coll["rank"] == rank]
+        assert sorted(mine.loc[mine["step"] >= 0, "group_seq"]) == list(range(11, 41))
+        assert set(mine.loc[mine["group_seq"] == 11, "step"]) == {2}
+
+
+def test_nccl_hang_flight_recorder(chdb) -> None:
+    """2x H200, NCCL, ``hang:rank=1,from_step=4``: dumps 45 s in."""
+    _, analysis = run(chdb, os.path.join(DATA, "nccl_hang"))
+    (f,) = analysis.findings
+    assert (f.kind, f.culprit_rank, f.cause) == ("hang", 1, "stuck")
+    assert f.evidence["waiting"] == [0] and f.evidence["issued"] < f.evidence["others_issued"]
+
+
+def test_merge_takes_the_offset_kernels_start_after_their_entries() -> None:
+    """A periodic pattern matches at every period; only the right offset has no kernel
+    starting before its entry was created, and the earliest start wins among those."""
+    from ranksight.importer import merge
+
+    ms = 1_000_000
+    sizes = [10, 20, 20]  # one step's collectives, repeated
+    entries = {
+        s: {"rank": 0, "group_id": "g[0,1]", "group_seq": s, "op": "all_reduce",
+            "numel_in": sizes[(s - 1) % 3], "enqueue_ns": s * 100 * ms, "start_ns": 0,
+            "end_ns": 0, "step": -1}
+        for s in range(1, 13)
+    }  # fmt: skip
+    kernels = [
+        {"rank": 0, "group_id": "g[0,1]", "group_seq": i, "op": "all_reduce",
+         "numel_in": sizes[i % 3], "start_ns": (4 + i) * 100 * ms + (0 if i == 0 else 90 * ms),
+         "end_ns": (4 + i) * 100 * ms + 95 * ms, "step": 1 + i // 3}
+        for i in range(6)
+    ]  # fmt: skip
+    assert merge.offset(kernels, entries) == 4
+    index = merge.fr_index(list(entries.values()))
+    assert merge.merge_kineto(kernels, index) == []
+    assert entries[4]["step"] == 1 and entries[9]["step"] == 2 and entries[4]["start_ns"] > 0
+    wrong = [{**k, "numel_in": 99} for k in kernels]  # fits no offset: kept apart
+    out = merge.merge_kineto(wrong, merge.fr_index(list(entries.values())))
+    assert len(out) == 6 and {k["group_id"] for k in out} == {"g~kineto[0,1]"}
+
+
 def test_mixed_inputs_one_run(chdb) -> None:
     _, analysis = run(
         chdb,

@@ -9,9 +9,10 @@ in memory whole. Keys before and after the event list (``distributedInfo``,
 What is kept, per rank (``distributedInfo.rank``, else the file name's number):
 
 - steps: ``ProfilerStep#N`` spans (host time) -> ``steps``;
-- GPU compute: the summed duration of the non-NCCL kernels launched in each step ->
-  one ``phases`` row per step (phase ``gpu_compute``): what the straggler test compares
-  between ranks;
+- GPU compute: the summed duration of the non-NCCL kernels launched in each step, or the
+  step's time outside NCCL kernels where that is longer (a rank whose host stalls leaves
+  its GPU idle, and its peers wait in their NCCL kernels for it) -> one ``phases`` row per
+  step (phase ``gpu_compute``): what the straggler test compares between ranks;
 - CPU-only traces (gloo): the step's host time outside collectives as ``gpu_compute``,
   and c10d's host spans (``gloo:all_reduce``) as the collectives;
 - NCCL kernels (``ncclKernel_*``, ``ncclDevKernel_*``) -> ``collectives``: op, element
@@ -292,11 +293,13 @@ def rank_rows(t: KinetoRank, everyone: list[int]) -> Rows:
         for comp in t.compute_chunks():
             idx = np.searchsorted(starts, comp[:, 0], side="right") - 1
             busy += np.bincount(idx[idx >= 0], weights=comp[idx >= 0, 1], minlength=len(steps))
-        if not t.compute_count:  # CPU-only trace: the step's host time outside collectives
-            comm = np.array([(c[0], c[1]) for c in t.collectives], dtype=float).reshape(-1, 2)
-            cidx = np.searchsorted(starts, comm[:, 0], side="right") - 1
-            waited = np.bincount(cidx[cidx >= 0], weights=comm[cidx >= 0, 1], minlength=len(steps))
-            busy = np.clip(np.array([b - a for _, a, b in steps]) - waited, 0, None)
+        # the step's time outside collectives: all there is for a CPU-only trace; with
+        # kernels, the larger of the two, so a rank whose GPU idles between kernels (its
+        # host is slow) is as slow as one whose kernels are (its peers wait in NCCL)
+        outside = np.clip(
+            np.array([b - a for _, a, b in steps]) - _comm_per_step(t.collectives, steps), 0, None
+        )
+        busy = np.maximum(busy, outside) if t.compute_count else outside
         for (step, a, _), us in zip(steps, busy, strict=True):
             out.add("phases", {"rank": t.rank, "step": step, "phase": "gpu_compute",
                                "microbatch": -1, "stage": -1, "start_ns": ns(a),
@@ -314,6 +317,23 @@ def rank_rows(t: KinetoRank, everyone: list[int]) -> Rows:
              "dtype": dtype, "numel_in": nin, "numel_out": nout, "enqueue_ns": ns(ts),
              "start_ns": ns(ts), "end_ns": ns(ts + dur)},
         )  # fmt: skip
+    return out
+
+
+def _comm_per_step(colls: list[tuple], steps: list[tuple[int, float, float]]) -> np.ndarray:
+    """Per step (``steps``: (step, start, end), sorted, µs): the time (µs) some collective
+    ran within the step, overlapping kernels (several streams) counted once."""
+    out = np.zeros(len(steps))
+    spans = sorted((c[0], c[0] + c[1]) for c in colls)
+    for i, (_, a, b) in enumerate(steps):
+        end = a
+        for s, e in spans:
+            if s >= b:
+                break
+            s, e = max(s, end), min(e, b)
+            if e > s:
+                out[i] += e - s
+                end = e
     return out
 
 

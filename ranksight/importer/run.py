@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from ranksight.collectors.base import frame
 from ranksight.store import Store
 
-from . import fr, kineto, nccl_debug, pyspy, sources, watchdog, wia
+from . import fr, kineto, merge, nccl_debug, pyspy, sources, watchdog, wia
 from .rows import Rows, rank_from_path
 
 HANG_KINDS = ("flight_recorder", "watchdog", "pyspy", "nccl_debug")
@@ -156,6 +156,9 @@ class _State:
         self.silent: list[tuple[int | None, FileResult]] = []
         self.seen: dict[tuple[str, int], str] = {}
         self.fr_unknown = Rows()
+        self.fr_coll: list[dict] = []
+        """Flight Recorder collective rows, held until the end of the import so that
+        profiler kernels of the same collectives are merged into them (:mod:`.merge`)."""
         self.fr_ranks: set[int] = set()
         self.partial: dict[int, str] = {}
         """rank -> why its Flight Recorder dump tells nothing of its progress (damaged)."""
@@ -205,12 +208,14 @@ class _State:
     def _mark(self, kind: str) -> None:
         self.marks[kind] = {t: len(r) for t, r in self.rows.tables.items()}
         self.marks[kind]["__lists__"] = len(self.watchdog) + len(self.nccl) + len(self.kineto)
+        self.marks[kind]["__fr_coll__"] = len(self.fr_coll)
 
     def _drop_last(self, kind: str) -> None:
         """Forget what the file just read added (a duplicate rank)."""
         mark = self.marks.get(kind, {})
         for t, rows in self.rows.tables.items():
             del rows[mark.get(t, 0) :]
+        del self.fr_coll[mark.get("__fr_coll__", 0) :]
         for lst in (self.watchdog, self.nccl, self.kineto):
             if lst and kind in ("watchdog", "nccl_debug", "kineto") and lst is self._list(kind):
                 lst.pop()
@@ -254,6 +259,7 @@ class _State:
             for r in rows.tables.get(table, []):
                 (held if r.get("group_ranks") == "" else keep).append(r)
             rows.tables[table] = keep
+        self.fr_coll.extend(rows.tables.pop("collectives", []))
         self.rows.merge(rows)
         if dump.rank is not None:
             self.fr_ranks.add(dump.rank)
@@ -330,6 +336,7 @@ class _State:
                 )
         if self.fr_unknown.count():
             fr.fill_members(self.fr_unknown, sorted(self.fr_ranks))
+            self.fr_coll.extend(self.fr_unknown.tables.pop("collectives", []))
             self.rows.merge(self.fr_unknown)
         if self.watchdog:
             self.rows.merge(watchdog.rows_of(self.watchdog, self.ts_ns))
@@ -339,13 +346,20 @@ class _State:
         if self.kineto:
             result.meta["comm_time_by_op"] = kineto.comm_time_by_op(self.kineto)
             everyone = sorted({t.rank for t in self.kineto if t.rank is not None})
+            index = merge.fr_index(self.fr_coll)
             while self.kineto:  # one trace's rows at a time, each trace let go once written
                 trace = self.kineto.pop(0)
-                self.rows.merge(kineto.rank_rows(trace, everyone))
+                rows = kineto.rank_rows(trace, everyone)
+                rows.tables["collectives"] = merge.merge_kineto(
+                    rows.tables.get("collectives", []), index
+                )
+                self.rows.merge(rows)
                 if trace.spill and os.path.exists(trace.spill):
                     os.remove(trace.spill)
                 if self.rows.count() > self.cfg.max_rows:
                     self._flush()
+        self.rows.extend("collectives", self.fr_coll)
+        self.fr_coll = []
         self._flush()
         rows = [{**r, "rank": k} for k, r in sorted(self.ranks.items()) if k >= 0]
         world = max([r.get("world_size", 0) or 0 for r in rows] + [len(rows)], default=0)
