@@ -15,6 +15,7 @@ faultmatrix`` (8 ranks on few cores; two jobs at once would distort each other's
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
@@ -155,13 +156,20 @@ def _should_stop(cfg: MatrixConfig, t0: float, w: _Watch, steps: int) -> str:
     return ""
 
 
+_ANALYSIS = concurrent.futures.ThreadPoolExecutor(
+    1, thread_name_prefix="faultmatrix-analysis", initializer=launch.lower_thread_priority
+)
+"""The live analyses run in one thread at lower CPU priority: on 2 cores the analysis
+itself would otherwise slow a random rank and be taken for CPU contention."""
+
+
 def _watch(
     cfg: MatrixConfig, job: subprocess.Popen, store, run_id: str, e: Expectation, steps: int
 ) -> _Watch:
     w, t0 = _Watch(), time.monotonic()
     while job.poll() is None:
         time.sleep(cfg.poll_s)
-        _poll(store, run_id, e, w)
+        _ANALYSIS.submit(_poll, store, run_id, e, w).result()  # below the ranks' priority
         w.stopped = _should_stop(cfg, t0, w, steps)
         if w.stopped:
             launch.stop(job, wait_s=20.0)

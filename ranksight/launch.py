@@ -34,11 +34,35 @@ def start_agent(
     extra: Sequence[str] = (),
 ) -> subprocess.Popen:
     """A ``ranksight agent`` process shipping ``spool`` to ``store_url`` every 0.5 s (and
-    the ``extra`` agent options); its log is appended to ``log_path``."""
+    the ``extra`` agent options); its log is appended to ``log_path``. It runs at nice
+    :data:`AGENT_NICE`: on a busy host the ranks get the CPU first."""
     cmd = [sys.executable, "-m", "ranksight.cli", "agent", "--spool", spool,
            "--store", store_url, "--interval", "0.5", *extra]  # fmt: skip
     with open(log_path, "a") as log:
-        return subprocess.Popen(cmd, env=child_env, stdout=subprocess.DEVNULL, stderr=log)
+        return subprocess.Popen(
+            cmd, env=child_env, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=_lower_priority
+        )
+
+
+AGENT_NICE = 10
+"""Niceness of the agents the launch pieces start (and of the live analysis threads)."""
+
+
+def _lower_priority() -> None:
+    try:
+        os.nice(AGENT_NICE)
+    except OSError:
+        pass
+
+
+def lower_thread_priority() -> None:
+    """Lower the calling thread's CPU priority to :data:`AGENT_NICE` (on Linux
+    ``setpriority(PRIO_PROCESS, 0)`` applies to the calling thread only): for a harness
+    that analyzes a job while it runs beside it on the same cores."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, AGENT_NICE)
+    except (OSError, AttributeError):
+        pass
 
 
 def trainer_cmd(
