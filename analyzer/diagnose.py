@@ -147,6 +147,7 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
     design, more = imbalance_findings(data, coords, totals, steps_in, med_ms, culprit_ranks)
     findings, notes = findings + design, notes + more  # not a fault: after the faults
     crashed = None if imported else _crash(data)
+    stopped = crashed is not None or any(f.kind == "desync" for f in findings)
     if imported:
         found, more = postmortem(data, coords)
         findings, notes = found + findings, notes + more
@@ -158,7 +159,30 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
         report = find_hang(data.progress, int(data.steps["end_ns"].max()))
         if report is not None:
             findings = _with_hang(findings, hang_finding(report, coords))
+    if stopped or any(f.kind == "hang" for f in findings):
+        findings = _beside_the_stop(findings, notes)
     return Analysis(data.run_id, data.attempt, findings, len(analyzed), med_ms, notes)
+
+
+MIN_RATIO_BESIDE_STOP = 2.0
+"""Beside a finding that stopped the job (hang, crash, desync), a straggler is named only
+this much slower than its peers; a milder slowdown in the few steps before the stop is
+noted instead."""
+
+
+def _beside_the_stop(findings: list[Finding], notes: list[str]) -> list[Finding]:
+    """Keep the stop and the stragglers that stand out even in a run cut short."""
+    kept = []
+    for f in findings:
+        ratio = float(f.evidence.get("median_ratio", 0) or 0) if f.kind == "straggler" else 0.0
+        if f.kind == "straggler" and ratio < MIN_RATIO_BESIDE_STOP:
+            notes.append(
+                f"rank {f.culprit_rank} was {ratio:.2f}x its peers ({f.cause}) in the steps "
+                "before the job stopped: not named beside the stop"
+            )
+            continue
+        kept.append(f)
+    return kept
 
 
 MAX_PEERS = 63
@@ -224,7 +248,9 @@ def _with_link_counters(f: Finding, data: RunData, coords: pd.DataFrame) -> Find
     t0, t1 = int(data.steps["start_ns"].min()), int(data.steps["end_ns"].max())
     counters = data.fetch_links(hosts, t0, t1)
     if not counters["nic"] and not counters["nvlink"]:
-        return replace(f, evidence={**f.evidence, "link_counters": "no errors or congestion recorded"})
+        return replace(
+            f, evidence={**f.evidence, "link_counters": "no errors or congestion recorded"}
+        )
     return replace(f, evidence={**f.evidence, "link_counters": counters})
 
 

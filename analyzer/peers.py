@@ -41,6 +41,8 @@ def sustained_onset(flags: np.ndarray, min_count: int, min_fraction: float) -> n
     ``min_fraction`` of the columns are set; -1 where there is none. (The run keeps a lone
     noisy column just before the real onset from being taken for it.)"""
     n = flags.shape[1]
+    if n < min_count:  # too few steps to see a run of slow ones
+        return np.full(flags.shape[0], -1)
     tail = np.cumsum(flags[:, ::-1], axis=1)[:, ::-1]
     tail_len = np.arange(n, 0, -1)[None, :]
     run = flags.copy()

@@ -30,8 +30,9 @@ class StragglerConfig:
     """Self time over the same-stage peer median that counts as slow: 1.25 = 25% slower."""
     min_slow_fraction: float = 0.8
     """Share of steps from the onset on that must be slow for a chronic straggler."""
-    min_slow_steps: int = 3
-    """At least this many slow steps before anyone is named."""
+    min_slow_steps: int = 4
+    """At least this many slow steps in a row before anyone is named (three could be a
+    burst of contention on a shared host)."""
     data_wait_fraction: float = 0.10
     """Data-loader wait above peers by this share of the step time counts as a stall."""
     skip_steps: int = 1
