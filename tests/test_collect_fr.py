@@ -20,19 +20,10 @@ import pytest
 from ranksight.collectors.base import NodeContext, frame
 from ranksight.collectors.flight_recorder import normalize_entry, parse, read_dump
 from ranksight.collectors.fr_ingest import FrCollector, dump_rows
+from tests.realdata import realdata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FR = os.path.join(HERE, "data", "fr")
-REALDATA = os.path.join(HERE, "..", "..", "shared", "realdata")
-
-
-def realdata(*parts: str) -> str:
-    path = os.path.join(REALDATA, *parts)
-    if not os.path.exists(path):
-        pytest.fail(
-            f"{path} is missing: CI puts a copy of shared/ beside the checkout", pytrace=False
-        )
-    return path
 
 
 def raw(name: str) -> bytes:

@@ -21,19 +21,10 @@ from ranksight.analyzer import analyze
 from ranksight.analyzer.whatif import replay, whatif_slowdown
 from ranksight.importer import ImportConfig, import_paths, sniff
 from ranksight.store import open_store
+from tests.realdata import realdata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REALDATA = os.path.join(HERE, "..", "..", "shared", "realdata")
 DATA = os.path.join(HERE, "data", "import")
-
-
-def realdata(*parts: str) -> str:
-    path = os.path.join(REALDATA, *parts)
-    if not os.path.exists(path):
-        pytest.fail(
-            f"{path} is missing: CI puts a copy of shared/ beside the checkout", pytrace=False
-        )
-    return path
 
 
 @pytest.fixture

@@ -422,25 +422,8 @@ def test_empty_store_unknown_run_and_run_without_data_get_a_message(monkeypatch,
     assert f"No store at {url} yet" in texts(at)
     with open_store(url) as s:
         s.init_schema()
-        assert "No runs in this store yet" in texts(page(monkeypatch, url))
-        s.insert(
-            "runs",
-            pd.DataFrame(
-                [
-                    {
-                        "run_id": "fresh",
-                        "attempt": 0,
-                        "created_ns": 1,
-                        "updated_ns": 1,
-                        "status": "running",
-                        "world_size": 4,
-                        "dp": 4,
-                        "tp": 1,
-                        "pp": 1,
-                    }
-                ]
-            ),
-        )
+    assert "No runs in this store yet" in texts(page(monkeypatch, url))
+    fresh_run(url)
     at = page(monkeypatch, url, page="overview", run="nope")
     assert "unknown run 'nope'" in texts(at)
     for name in ("overview", "heatmap", "timeline"):
