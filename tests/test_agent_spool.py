@@ -169,6 +169,29 @@ def test_the_writer_budget_counts_only_segments_still_on_disk(tmp_path) -> None:
     writer.close()
 
 
+def test_a_record_put_while_the_writer_rotates_segments_is_kept(tmp_path) -> None:
+    """The training thread may put a record while the writer thread is between two
+    segments (the old one closed, the next not yet open); it waits for the next one."""
+    spool = tmp_path / "spool"
+    writer = SpoolWriter(spool_path(str(spool), "run-r", 0, 1), BASE, max_buffered=10**6,
+                         budget_bytes=1 << 30, flush_interval_s=3600, segment_bytes=4 << 10)  # fmt: skip
+    opened = writer._open
+
+    def open_during_a_put(path: str):  # the put lands in the rotation's window
+        write_records(writer, 1, start=10**6 + len(list(spool.glob("run-r/a0/*.spool"))))
+        return opened(path)
+
+    writer._open = open_during_a_put
+    for k in range(10):
+        write_records(writer, 100, start=100 * k)
+        writer._drain()
+    rotations = len(list(spool.glob("run-r/a0/*.spool"))) - 1
+    writer.close()
+    assert rotations >= 3
+    assert writer.dropped == 0
+    assert writer.records == 1000 + rotations
+
+
 def test_the_agent_on_a_chdb_store_never_loads_the_chdb_engine(tmp_path) -> None:
     """Writing needs pyarrow only (schema version, retried-batch checks included): the
     engine (~200 MB resident) stays out of the node agent."""

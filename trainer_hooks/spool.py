@@ -78,6 +78,7 @@ class SpoolWriter:
         self._size = 0  # bytes of the open segment
         self._closed_segments: list[tuple[str, int]] = []  # (path, bytes) still on disk
         self._stop = threading.Event()
+        self._closed = False  # set by close(): nothing drains the buffer after it
         self._fd = self._open(path)
         self._thread = threading.Thread(target=self._run, name="ranksight-spool", daemon=True)
         self._thread.start()
@@ -96,8 +97,12 @@ class SpoolWriter:
             return None
 
     def put(self, record: dict[str, Any]) -> None:
-        """Queue one record (``record["t"]`` names its table). Never blocks."""
-        if len(self._buf) >= self._max or self._fd is None:
+        """Queue one record (``record["t"]`` names its table). Never blocks.
+
+        Does not look at the open segment: between two segments (the writer thread is
+        rotating) the record waits in the buffer; if no segment can be opened the writer
+        counts it dropped when it drains."""
+        if len(self._buf) >= self._max or self._closed:
             self.dropped += 1
             return
         self._buf.append(record)
@@ -187,4 +192,6 @@ class SpoolWriter:
         self._stop.set()
         self._thread.join(timeout_s)
         self._drain()
+        self._closed = True
+        self._drain()  # a record put between the two drains
         self._close_segment()
