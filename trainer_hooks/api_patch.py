@@ -133,7 +133,7 @@ def _c10d_wrapper(log: CollectiveLog, fn: Callable, spec: tuple) -> Callable:
     lookup = _Args(fn)
 
     def before(args: tuple, kwargs: dict, t0: int) -> dict | None:
-        group = lookup.get("group", args, kwargs) or c10d._get_default_group()
+        group = lookup.get("group", args, kwargs)
         if group is c10d.GroupMember.NON_GROUP_MEMBER:
             return None
         info = log.groups.by_group(group)

@@ -57,6 +57,8 @@ def blackbox_path(spool_file: str, rank: int) -> str:
 
 
 _ENCODED: dict[tuple[Any, int], bytes] = {}
+_TEXT: dict[tuple[Any, ...], tuple[bytes, ...]] = {}
+"""(group id, op, dtype, phase, group ranks) -> their encoded slot fields."""
 
 
 def _b(s: Any, n: int) -> bytes:
@@ -103,11 +105,21 @@ class BlackBox:
         self._n = n + 1
         off = HEADER.size + (n % self.slots) * SLOT.size
         try:
+            key = (rec["group_id"], rec["op"], rec["dtype"], rec["phase"], rec["group_ranks"])
+            text = _TEXT.get(key)
+            if text is None:
+                text = (
+                    _b(key[0], 16),
+                    _b(key[1], 16),
+                    _b(key[2], 24),
+                    _b(key[3], 16),
+                    _b(key[4], 128),
+                )
+                if len(_TEXT) < 4096:
+                    _TEXT[key] = text
             SLOT.pack_into(
                 self._mm, off, n + 1, rec["group_seq"], rec["enqueue_ns"], 0,
-                rec["numel_in"], rec["numel_out"], rec["bytes"], rec["step"], rec["peer"],
-                _b(rec["group_id"], 16), _b(rec["op"], 16), _b(rec["dtype"], 24),
-                _b(rec["phase"], 16), _b(rec["group_ranks"], 128),
+                rec["numel_in"], rec["numel_out"], rec["bytes"], rec["step"], rec["peer"], *text,
             )  # fmt: skip
             struct.pack_into("<q", self._mm, 16, n + 1)
             struct.pack_into("<q", self._mm, 40, rec["enqueue_ns"])

@@ -116,6 +116,7 @@ class DeviceTimer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_anchor = time.monotonic()
+        self._record = current_stream_recorder(self.cuda)
 
     # ------------------------------------------------------------------ training thread
     def _reuse(self, ev: Any) -> None:
@@ -131,7 +132,7 @@ class DeviceTimer:
     def start(self, rec: dict[str, Any]) -> None:
         """Record ``rec``'s start event on the current stream (before the call)."""
         ev = self._event()
-        ev.record()
+        self._record(ev)
         self._starts[id(rec)] = ev
         if len(self._starts) > self.max_pending:  # never ended: forget the oldest
             self._starts.pop(next(iter(self._starts)))
@@ -153,7 +154,7 @@ class DeviceTimer:
             ev = work
         else:
             ev = self._event()
-            ev.record()
+            self._record(ev)
         old = None
         with self._lock:
             if len(self._pending) >= self.max_pending:
@@ -229,6 +230,39 @@ class DeviceTimer:
             if not finished:  # the device never finished it (a hang, a dead peer)
                 rec["end_ns"] = 0
             self.emit(rec)
+
+
+def current_stream_recorder(cuda: Any) -> Callable[[Any], None]:
+    """A function that records a CUDA event on the current stream, like
+    ``event.record()`` but without building a new ``torch.cuda.Stream`` object on every
+    call (``torch.cuda.Event.record`` calls ``torch.cuda.current_stream()``, which does):
+    the current stream's (id, device, type) is read from c10 and its Stream object
+    reused. ``cuda``: the ``torch.cuda`` module; anything else (a stand-in in tests, a
+    torch without these bindings) gets plain ``event.record()``."""
+    try:
+        import torch
+
+        if cuda is not torch.cuda:
+            raise AttributeError("not torch.cuda")
+        current = torch._C._cuda_getCurrentStream
+        device = torch._C._cuda_getDevice
+        base_record = torch._C._CudaEventBase.record
+    except (ImportError, AttributeError):
+        return lambda ev: ev.record()
+    streams: dict[tuple, Any] = {}
+
+    def record(ev: Any) -> None:
+        data = current(device())
+        stream = streams.get(data)
+        if stream is None:
+            if len(streams) > 256:  # streams come and go: keep the cache small
+                streams.clear()
+            stream = streams[data] = cuda.Stream(
+                stream_id=data[0], device_index=data[1], device_type=data[2]
+            )
+        base_record(ev, stream)
+
+    return record
 
 
 def _timed(work: Any) -> bool:

@@ -21,11 +21,12 @@ class GroupInfo:
 
     group_id: str
     ranks: tuple[int, ...]
+    ranks_str: str = ""
+    """Member ranks as ``"0,2,4,6"`` (built once: every record of the group carries it)."""
 
-    @property
-    def ranks_str(self) -> str:
-        """Member ranks as ``"0,2,4,6"``."""
-        return ",".join(map(str, self.ranks))
+    def __post_init__(self) -> None:
+        if not self.ranks_str:
+            object.__setattr__(self, "ranks_str", ",".join(map(str, self.ranks)))
 
     def global_rank(self, group_rank: int) -> int:
         """Global rank of member ``group_rank``; -1 if out of range."""
@@ -43,6 +44,7 @@ class GroupRegistry:
 
     def __init__(self) -> None:
         self._by_name: dict[str, GroupInfo] = {}
+        self._by_pg: dict[int, tuple[dist.ProcessGroup, GroupInfo]] = {}
 
     def _rebuild(self) -> None:
         seen: dict[tuple[int, ...], int] = {}
@@ -62,6 +64,14 @@ class GroupRegistry:
             info = self._by_name[group_name]
         return info
 
-    def by_group(self, pg: dist.ProcessGroup) -> GroupInfo:
-        """GroupInfo for a ProcessGroup object."""
-        return self.by_name(pg.group_name)
+    def by_group(self, pg: dist.ProcessGroup | None) -> GroupInfo:
+        """GroupInfo for a ProcessGroup object (None: the default group). Cached by the
+        object (kept alive with its entry, so its id is never reused for another group)."""
+        if pg is None:
+            pg = c10d._world.default_pg or c10d._get_default_group()  # raises if none
+        hit = self._by_pg.get(id(pg))
+        if hit is not None and hit[0] is pg:
+            return hit[1]
+        info = self.by_name(pg.group_name)
+        self._by_pg[id(pg)] = (pg, info)
+        return info
