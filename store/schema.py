@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the table layout below; stored in the ``schema_version`` table.
 1: the first tables. 2: ``batch_id`` on the agent-shipped tables; the ``progress``,
 ``agent_stats``, ``clock_offsets`` and collector tables (added by ``store/migrate.py``).
-3: ``rank_ends``; ``proc_samples.run_delay_ns``."""
+3: ``rank_ends``; ``proc_samples.run_delay_ns``. 4: ``rank_step_summary``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +248,26 @@ CLOCK_OFFSETS = Table(
     time_column="analyzed_ns",
 )
 """Each rank's measured clock offset, written by the analyzer (analyzer/clock.py)."""
+
+RANK_STEP_SUMMARY = Table(
+    "rank_step_summary",
+    _RUN
+    + (
+        ("rank", "UInt32"),
+        ("step", "UInt32"),
+        ("has", "UInt8"),  # bit 0 compute, 1 collective, 2 waited, 3 waited_on, 4 step
+        ("compute_ns", "Int64"),  # forward + backward + optimizer self time
+        ("collective_ns", "Int64"),  # time in collectives and send/recv
+        ("waited_ns", "Int64"),  # time this rank waited on others (arrival order)
+        ("waited_on_ns", "Int64"),  # time others waited on this rank
+        ("step_ns", "Int64"),  # the rank's own step time (end - start)
+        ("built_ns", "Int64"),  # when the summary row was computed
+    ),
+    order_by=("run_id", "attempt", "step", "rank"),
+)
+"""Per rank and step, the heatmap's metrics, computed once from the raw rows by the UI
+(ui/data/summary.py) for steps every rank has moved past, so a page reads about one row
+per rank and step instead of tens (a bit of ``has`` clear: no raw rows for that metric)."""
 
 SCHEMA_VERSION_TABLE = Table(
     "schema_version",
@@ -567,6 +587,7 @@ TABLES: dict[str, Table] = {
         RANK_ENDS,
         FINDINGS,
         CLOCK_OFFSETS,
+        RANK_STEP_SUMMARY,
         SCHEMA_VERSION_TABLE,
         GPU_SAMPLES,
         GPU_EVENTS,

@@ -3,13 +3,26 @@ the same numbers computed in pandas from the raw rows of a synthetic run."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from ranksight.analyzer import analyze
+from ranksight.store import StoreError
 from ranksight.synthetic import SynthConfig, write_synthetic
-from ranksight.ui.data import hang, heatmap, hosts, mesh, overview, runs, stacks, timeline
+from ranksight.ui.data import (
+    hang,
+    heatmap,
+    hosts,
+    mesh,
+    overview,
+    runs,
+    stacks,
+    summary,
+    timeline,
+)
 from ranksight.ui.data.run import (
     ORDERS,
     RunMark,
@@ -127,6 +140,52 @@ def test_heatmap_bins_keep_the_largest_value_and_follow_the_mesh_order(synth_sto
             worst = block.stack().idxmax()
             assert (h.worst_rank[i, j], h.worst_step[i, j]) == worst
     assert h.culprit_rows == {5: 1} and h.row_labels[0] == "3 ranks pp0 tp0-1 dp0-1"
+
+
+def test_heatmap_summary_is_made_once_from_settled_steps_and_a_running_tail_is_read_raw(
+    synth_store,
+):
+    finished = load_run_view(synth_store, RUN)
+    running = replace(finished, row={**finished.row, "status": "running"})
+    assert summary.read_state(synth_store, running)["covered"] == -1  # nothing made yet
+    for metric in heatmap.METRICS:  # the step before the slowest rank's last, then raw
+        got = heatmap.load_heatmap(synth_store, running, metric, ORDERS["rank"], (3, 11), 64, 64)
+        want = heatmap.load_heatmap(
+            synth_store, running, metric, ORDERS["rank"], (3, 11), 64, 64, use_summary=False
+        )
+        np.testing.assert_array_equal(got.vmax_ms, want.vmax_ms, err_msg=metric)
+        np.testing.assert_array_equal(got.worst_rank, want.worst_rank, err_msg=metric)
+    state = summary.read_state(synth_store, running)
+    assert (state["covered"], state["n_rows"]) == (10, 8 * 11)  # made once, steps 0..10
+    assert summary.ensure(synth_store, finished) == 11  # finished: the last step too
+    stored = synth_store.query(
+        "SELECT rank, step, compute_ns, has FROM rank_step_summary WHERE run_id = %(r)s", {"r": RUN}
+    )
+    assert len(stored) == 8 * 12 and not stored.duplicated(["rank", "step"]).any()
+    want = compute_ms(synth_store).stack()
+    got = stored.set_index(["rank", "step"])["compute_ns"] / 1e6
+    np.testing.assert_allclose(got.reindex(want.index).to_numpy(), want.to_numpy(), rtol=1e-9)
+    assert (stored["has"] == 31).all()  # every metric recorded for every rank and step
+    synth_store.insert("rank_step_summary", stored.assign(run_id=RUN))  # stored twice
+    again = heatmap.load_heatmap(synth_store, finished, "compute", ORDERS["rank"], (0, 11), 64, 64)
+    np.testing.assert_allclose(as_rank_step(again).to_numpy(), compute_ms(synth_store).to_numpy())
+
+
+def test_a_store_without_the_summary_table_is_read_from_the_raw_rows(synth_store):
+    run = load_run_view(synth_store, RUN)
+
+    class Older:  # the summary table is missing, as in a store not yet migrated
+        url = "older"
+
+        def query(self, sql, params=None):
+            if "rank_step_summary" in sql:
+                raise StoreError("older: query failed: unknown table rank_step_summary")
+            return synth_store.query(sql, params)
+
+    assert summary.ensure(Older(), run) is None
+    got = heatmap.load_heatmap(Older(), run, "waited", ORDERS["rank"], (0, 11), 64, 64)
+    want = waits_ms(synth_store, "waiter").reindex(index=range(8), columns=range(12))
+    np.testing.assert_allclose(as_rank_step(got).fillna(0).to_numpy(), want.fillna(0).to_numpy())
 
 
 def test_position_weights_reject_unknown_axes():
