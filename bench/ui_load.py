@@ -13,7 +13,20 @@ second). Per cold visit it prints the milestones: app shell up, first element fr
 script, Plotly loaded, done. It also times the page's store queries alone, in this
 process, for the breakdown.
 
+Pages: the heatmap (compute time, the default metric), the heatmap of the time each rank
+waited on others (``heatmap_waited``) and the run overview. Before the visits the run's
+per-rank-step summary (``ui/data/summary.py``) is made once, in this process, and timed:
+a run's first heatmap view ever pays that once; "first render" is a fresh UI server's
+first visit of a run whose summary is stored.
+
+``--before ROOT`` compares side by side: ``ROOT`` is a folder holding an older
+``ranksight`` package (e.g. ``git archive <commit>`` with the top-level folders linked
+under ``ROOT/ranksight/``, as the editable install maps them), put first on the UI
+server's ``PYTHONPATH``. Each repeat then starts one server of each, alternating which
+goes first, on the same store, and prints both medians and their ratio.
+
     python bench/ui_load.py [--sizes 1024x1000,16384x100] [--work DIR] [--keep] [--reuse]
+                            [--pages heatmap,overview,heatmap_waited] [--before ROOT]
 
 Prints one table row per size and page; record results in bench/RESULTS.md.
 """
@@ -59,24 +72,52 @@ def write_run(folder: str, ranks: int, steps: int) -> tuple[str, float, int]:
     return got.run_id, got.seconds, sum(got.rows.values())
 
 
+def build_summary(folder: str, run_id: str) -> float:
+    """Seconds to make the run's per-rank-step summary (once per run, stored)."""
+    from ranksight.store import open_store
+    from ranksight.ui.data import summary
+    from ranksight.ui.data.run import load_run_view
+
+    store = open_store(folder)
+    store.init_schema()  # a kept store from before the summary table: add it
+    run = load_run_view(store, run_id)
+    t = time.perf_counter()
+    covered = summary.ensure(store, run)
+    took = time.perf_counter() - t
+    print(f"  summary: steps up to {covered} in {took:.2f} s (stored)", flush=True)
+    return took
+
+
 def query_times(folder: str, run_id: str) -> dict[str, float]:
-    """Seconds of the heatmap's and overview's store reads alone (cold, this process)."""
+    """Seconds of each page's store reads alone (this process), from the summary and
+    (``<page> raw``) from the raw rows."""
     from ranksight.store import open_store
     from ranksight.ui.config import UiConfig
     from ranksight.ui.data import heatmap, overview
     from ranksight.ui.data.run import ORDERS, load_run_view
 
     cfg, store = UiConfig(), open_store(folder)
-    t = time.perf_counter()
-    run = load_run_view(store, run_id)
-    span = heatmap.step_range(store, run)
-    heatmap.load_heatmap(
-        store, run, "compute", ORDERS["pp, tp, dp"], span, cfg.heatmap_rows, cfg.heatmap_cols
-    )
-    t_heat = time.perf_counter() - t
+    out = {}
+    for name, metric in (("heatmap", "compute"), ("heatmap_waited", "waited")):
+        for raw in (False, True):
+            t = time.perf_counter()
+            run = load_run_view(store, run_id)
+            span = heatmap.step_range(store, run)
+            heatmap.load_heatmap(
+                store,
+                run,
+                metric,
+                ORDERS["pp, tp, dp"],
+                span,
+                cfg.heatmap_rows,
+                cfg.heatmap_cols,
+                use_summary=not raw,
+            )
+            out[name + (" raw" if raw else "")] = time.perf_counter() - t
     t = time.perf_counter()
     overview.step_series(store, load_run_view(store, run_id), cfg.overview_points)
-    return {"heatmap": t_heat, "overview": time.perf_counter() - t}
+    out["overview"] = out["overview raw"] = time.perf_counter() - t
+    return out
 
 
 def free_port() -> int:
@@ -85,10 +126,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_ui(folder: str) -> tuple[subprocess.Popen, str]:
+def start_ui(folder: str, root: str | None = None) -> tuple[subprocess.Popen, str]:
+    """``ranksight ui`` on ``folder`` (with ``root`` first on its PYTHONPATH: an older
+    ranksight) on a free port; (process, base URL) once it answers."""
     port = free_port()
     cmd = [sys.executable, "-m", "ranksight.cli", "ui", "--store", folder, "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = dict(os.environ)
+    if root:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     base = f"http://127.0.0.1:{port}"
     for _ in range(240):
         try:
@@ -101,8 +147,13 @@ def start_ui(folder: str) -> tuple[subprocess.Popen, str]:
     raise SystemExit(f"ranksight ui did not start on {base}")
 
 
-CHART_KEY = {"heatmap": "heatmap_chart", "overview": "overview_chart"}
-"""The widget key (CSS class ``st-key-<key>...``) of each benchmarked page's chart."""
+PAGES = {
+    "heatmap": ("heatmap", "", "heatmap_chart"),
+    "heatmap_waited": ("heatmap", "&metric=waited", "heatmap_chart"),
+    "overview": ("overview", "", "overview_chart"),
+}
+"""Benchmarked page -> (page, extra query, the widget key (CSS class ``st-key-<key>...``)
+of its chart)."""
 
 # Milestones (ms since navigation), recorded in the page as they happen.
 MILESTONES = """
@@ -168,7 +219,13 @@ def stored_run(folder: str, ranks: int, steps: int) -> tuple[str, int] | None:
 
 
 def bench_size(
-    ranks: int, steps: int, work: str, reuse: bool = False, repeat: int = 1
+    ranks: int,
+    steps: int,
+    work: str,
+    reuse: bool = False,
+    repeat: int = 1,
+    pages: tuple[str, ...] = tuple(PAGES),
+    before: str | None = None,
 ) -> list[dict]:
     folder = os.path.join(work, f"store-{ranks}x{steps}")
     found = stored_run(folder, ranks, steps) if reuse and os.path.isdir(folder) else None
@@ -179,24 +236,32 @@ def bench_size(
         shutil.rmtree(folder, ignore_errors=True)
         run_id, gen_s, rows = write_run(folder, ranks, steps)
         print(f"{ranks} ranks x {steps} steps: wrote {rows:,} rows in {gen_s:.0f} s", flush=True)
+    built = build_summary(folder, run_id)
     queries = query_times(folder, run_id)
     print(
-        f"  store queries alone: heatmap {queries['heatmap']:.2f} s, overview {queries['overview']:.2f} s",
+        "  store queries alone: "
+        + ", ".join(f"{k} {v:.2f} s" for k, v in queries.items() if k != "overview raw"),
         flush=True,
     )
-    times: dict[str, list[tuple[float, float]]] = {"heatmap": [], "overview": []}
-    for _ in range(repeat):
-        for name, got in visit_pages(folder, run_id).items():
-            times[name].append(got)
+    codes = {"new": None} if before is None else {"old": before, "new": None}
+    times = {(code, name): [] for code in codes for name in pages}
+    for i in range(repeat):
+        order = list(codes) if i % 2 == 0 else list(reversed(codes))
+        for code in order:
+            print(f"  round {i + 1}, {code} UI:", flush=True)
+            for name, got in visit_pages(folder, run_id, pages, codes[code]).items():
+                times[(code, name)].append(got)
     out = []
-    for name, got in times.items():
+    for (code, name), got in times.items():
         cold, warm = sorted(c for c, _ in got), sorted(w for _, w in got)
         out.append(
             {
                 "size": f"{ranks}x{steps}",
+                "code": code,
                 "page": name,
                 "rows": rows,
-                "queries_s": queries[name],
+                "summary_s": built,
+                "queries_s": queries[name if code == "new" else name + " raw"],
                 "cold_s": statistics.median(cold),
                 "warm_s": statistics.median(warm),
                 "cold_range": (cold[0], cold[-1]),
@@ -207,9 +272,12 @@ def bench_size(
     return out
 
 
-def visit_pages(folder: str, run_id: str) -> dict[str, tuple[float, float]]:
-    """A fresh ``ranksight ui`` on ``folder``: each page's first and second render (s)."""
-    proc, base = start_ui(folder)
+def visit_pages(
+    folder: str, run_id: str, pages: tuple[str, ...], root: str | None = None
+) -> dict[str, tuple[float, float]]:
+    """A fresh ``ranksight ui`` on ``folder`` (``root``: see :func:`start_ui`), in a fresh
+    browser: each page's first and second render (s)."""
+    proc, base = start_ui(folder, root)
     out = {}
     try:
         from playwright.sync_api import sync_playwright
@@ -217,10 +285,11 @@ def visit_pages(folder: str, run_id: str) -> dict[str, tuple[float, float]]:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
             render_time(browser, f"{base}/?page=runs")  # server warm-up
-            for name in ("heatmap", "overview"):
-                url = f"{base}/?page={name}&run={run_id}"
-                cold, marks = render_time(browser, url, CHART_KEY[name])
-                warm, _ = render_time(browser, url, CHART_KEY[name])
+            for name in pages:
+                page, extra, key = PAGES[name]
+                url = f"{base}/?page={page}&run={run_id}{extra}"
+                cold, marks = render_time(browser, url, key)
+                warm, _ = render_time(browser, url, key)
                 stages = ", ".join(f"{k} {v / 1000:.2f}" for k, v in marks.items())
                 print(
                     f"  {name}: first render {cold:.2f} s ({stages}), again {warm:.2f} s",
@@ -245,25 +314,52 @@ def main() -> None:
     ap.add_argument(
         "--reuse", action="store_true", help="use the runs a --keep run left in --work, if any"
     )
+    ap.add_argument("--pages", default=",".join(PAGES), help=f"of {', '.join(PAGES)}")
+    ap.add_argument(
+        "--before", default=None, help="folder with an older ranksight package to compare"
+    )
     args = ap.parse_args()
+    pages = tuple(p for p in args.pages.split(",") if p)
+    unknown = set(pages) - set(PAGES)
+    if unknown:
+        raise SystemExit(
+            f"--pages: unknown {', '.join(sorted(unknown))}; known: {', '.join(PAGES)}"
+        )
     work = args.work or tempfile.mkdtemp(prefix="ranksight-ui-bench-")
     rows = []
     try:
         for size in args.sizes.split(","):
             r, s = (int(x) for x in size.lower().split("x"))
-            rows += bench_size(r, s, work, args.reuse, args.repeat)
+            rows += bench_size(r, s, work, args.reuse, args.repeat, pages, args.before)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    print_table(rows)
+
+
+def print_table(rows: list[dict]) -> None:
+    """The results as a markdown table, and with ``--before`` the new/old ratios."""
     print(
-        "\n| run | page | rows stored | store queries | first render (median, range) | again (median) | target |"
+        "\n| run | UI | page | rows stored | summary made | store queries | first render (median, range) | again (median) | target |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for x in rows:
         target = f"{x['target_s']:.0f} s" if x["target_s"] else "-"
         lo, hi = x["cold_range"]
         print(
-            f"| {x['size']} | {x['page']} | {x['rows']:,} | {x['queries_s']:.2f} s | {x['cold_s']:.2f} s ({lo:.2f}-{hi:.2f}, n={x['n']}) | {x['warm_s']:.2f} s | {target} |"
+            f"| {x['size']} | {x['code']} | {x['page']} | {x['rows']:,} | {x['summary_s']:.2f} s | {x['queries_s']:.2f} s | {x['cold_s']:.2f} s ({lo:.2f}-{hi:.2f}, n={x['n']}) | {x['warm_s']:.2f} s | {target} |"
+        )
+    old = {(x["size"], x["page"]): x for x in rows if x["code"] == "old"}
+    if not old:
+        return
+    print("\n| run | page | old first | new first | new/old | old again | new again | new/old |")
+    print("|---|---|---|---|---|---|---|---|")
+    for x in rows:
+        o = old.get((x["size"], x["page"]))
+        if x["code"] != "new" or o is None:
+            continue
+        print(
+            f"| {x['size']} | {x['page']} | {o['cold_s']:.2f} s | {x['cold_s']:.2f} s | {x['cold_s'] / o['cold_s']:.2f} | {o['warm_s']:.2f} s | {x['warm_s']:.2f} s | {x['warm_s'] / o['warm_s']:.2f} |"
         )
 
 
