@@ -21,8 +21,8 @@ first visit of a run whose summary is stored.
 
 ``--before ROOT`` compares side by side: ``ROOT`` is a folder holding an older
 ``ranksight`` package (e.g. ``git archive <commit>`` with the top-level folders linked
-under ``ROOT/ranksight/``, as the editable install maps them), put first on the UI
-server's ``PYTHONPATH``. Each repeat then starts one server of each, alternating which
+under ``ROOT/ranksight/``, as the editable install maps them), the UI server's working
+folder and first on its ``PYTHONPATH``. Each repeat then starts one server of each, alternating which
 goes first, on the same store, and prints both medians and their ratio.
 
     python bench/ui_load.py [--sizes 1024x1000,16384x100] [--work DIR] [--keep] [--reuse]
@@ -132,9 +132,11 @@ def start_ui(folder: str, root: str | None = None) -> tuple[subprocess.Popen, st
     port = free_port()
     cmd = [sys.executable, "-m", "ranksight.cli", "ui", "--store", folder, "--port", str(port)]
     env = dict(os.environ)
-    if root:
+    if root:  # first on the path: as the working folder (python -m puts it first) too
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=root or None
+    )
     base = f"http://127.0.0.1:{port}"
     for _ in range(240):
         try:
@@ -227,7 +229,7 @@ def bench_size(
     pages: tuple[str, ...] = tuple(PAGES),
     before: str | None = None,
 ) -> list[dict]:
-    folder = os.path.join(work, f"store-{ranks}x{steps}")
+    folder = os.path.abspath(os.path.join(work, f"store-{ranks}x{steps}"))
     found = stored_run(folder, ranks, steps) if reuse and os.path.isdir(folder) else None
     if found:
         run_id, rows = found
