@@ -157,7 +157,18 @@ def test_heatmap_summary_is_made_once_from_settled_steps_and_a_running_tail_is_r
         np.testing.assert_array_equal(got.worst_rank, want.worst_rank, err_msg=metric)
     state = summary.read_state(synth_store, running)
     assert (state["covered"], state["n_rows"]) == (10, 8 * 11)  # made once, steps 0..10
-    assert summary.ensure(synth_store, finished) == 11  # finished: the last step too
+    assert summary.ensure(synth_store, finished, last_step=11) == 11  # finished: all steps
+    assert summary.read_state(synth_store, running)["covered"] == 11
+    queries = []
+
+    class Counting:
+        url = "counting"
+
+        def query(self, sql, params=None):
+            queries.append(sql)
+            return synth_store.query(sql, params)
+
+    assert summary.ensure(Counting(), finished, last_step=11) == 11 and len(queries) == 1
     stored = synth_store.query(
         "SELECT rank, step, compute_ns, has FROM rank_step_summary WHERE run_id = %(r)s", {"r": RUN}
     )

@@ -60,6 +60,8 @@ FROM
 ) AS per_rank
 """
 
+COVERAGE = f"SELECT count() AS n_rows, max(step) AS covered FROM {TABLE} WHERE {RUN}"
+
 STEP_TIME = f"""
 SELECT toInt64(rank) AS r, toInt64(step) AS s, toInt64(sum(end_ns - start_ns)) AS val
 FROM steps WHERE {RUN} AND {{steps}}
@@ -95,14 +97,20 @@ def read_state(store: Store, run: RunView) -> dict:
     return state
 
 
-def ensure(store: Store, run: RunView) -> int | None:
+def ensure(store: Store, run: RunView, last_step: int | None = None) -> int | None:
     """Summarize the run's settled steps not yet in the store; returns the last step
     the summary covers (-1: none yet), or None if the store has no summary table. A
-    store that refuses the write (read-only) keeps what it had. Raises StoreError if the
-    raw rows cannot be read."""
+    store that refuses the write (read-only) keeps what it had. ``last_step``: the run's
+    last recorded step, if known (``RunMark.last_step``): a run no longer running whose
+    summary reaches it costs one small query. Raises StoreError if the raw rows cannot
+    be read."""
     running = str(run.row.get("status", "")) == "running"
     with _lock(store, run):
         try:
+            if last_step is not None and not running:
+                got = store.query(COVERAGE, run.params)
+                if int(got["n_rows"].iloc[0]) and int(got["covered"].iloc[0]) >= last_step:
+                    return int(got["covered"].iloc[0])
             state = read_state(store, run)
         except StoreError:
             return None
@@ -131,11 +139,11 @@ def summarize(store: Store, run: RunView, b_lo: int, b_hi: int) -> pd.DataFrame:
 
     params = {**run.params, "b_lo": b_lo, "b_hi": b_hi}
     parts = {
-        "compute": store.query(inner_query("compute", STEPS), params),
-        "collective": store.query(inner_query("collective", STEPS), params),
+        "compute": store.query(inner_query("compute", "b_lo", "b_hi"), params),
+        "collective": store.query(inner_query("collective", "b_lo", "b_hi"), params),
         "step": store.query(STEP_TIME.format(steps=STEPS), params),
     }
-    waits = store.query(waits_both(STEPS), params)
+    waits = store.query(waits_both("b_lo", "b_hi"), params)
     parts["waited"] = waits[["r", "s", "waited"]].rename(columns={"waited": "val"})
     parts["waited_on"] = waits[["r", "s", "waited_on"]].rename(columns={"waited_on": "val"})
     return _combine(run, parts)
