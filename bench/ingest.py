@@ -81,7 +81,8 @@ def records(rank: int, n: int, rng: random.Random):
         else:
             yield {"t": "steps", "step": i, "start_ns": t, "end_ns": t + 90000,
                    "loss": float("nan") if rank % 2 else 2.5, "tokens": 4096, "lr": 3e-4,
-                   "rss_bytes": 1 << 30}  # fmt: skip
+                   "rss_bytes": 1 << 30, "grad_norm": 0.75, "gpu_mem_allocated_bytes": 40 << 30,
+                   "gpu_mem_reserved_bytes": 48 << 30}  # fmt: skip
 
 
 def write_spool(folder: Path, total: int, ranks: int, frame_records: int, fmt: str) -> int:
@@ -126,7 +127,9 @@ def generated(table: str, n: int) -> str:
         f"toInt32(number % 8) AS microbatch, toInt32(number % 2) AS stage, {t} AS start_ns, "
         f"{t} + 9000 AS end_ns, toInt64(number % 3000) AS wait_ns",
         "steps": f"toUInt32(number) AS step, {t} AS start_ns, {t} + 90000 AS end_ns, "
-        f"2.5 AS loss, toUInt64(4096) AS tokens, 3e-4 AS lr, toUInt64(1073741824) AS rss_bytes",
+        f"2.5 AS loss, toUInt64(4096) AS tokens, 3e-4 AS lr, toUInt64(1073741824) AS rss_bytes, "
+        f"0.75 AS grad_norm, toUInt64(42949672960) AS gpu_mem_allocated_bytes, "
+        f"toUInt64(51539607552) AS gpu_mem_reserved_bytes",
     }
     return f"SELECT {run}, {cols[table]}, toUInt64(number + 1) AS batch_id FROM numbers({n})"
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of the table layout below; stored in the ``schema_version`` table.
 1: the first tables. 2: ``batch_id`` on the agent-shipped tables; the ``progress``,
 ``agent_stats``, ``clock_offsets`` and collector tables (added by ``store/migrate.py``).
-3: ``rank_ends``; ``proc_samples.run_delay_ns``. 4: ``rank_step_summary``."""
+3: ``rank_ends``; ``proc_samples.run_delay_ns``. 4: ``rank_step_summary``.
+5: ``steps.grad_norm``, ``steps.gpu_mem_allocated_bytes``, ``steps.gpu_mem_reserved_bytes``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,9 @@ STEPS = Table(
         ("tokens", "UInt64"),
         ("lr", "Float64"),
         ("rss_bytes", "UInt64"),
+        ("grad_norm", "Float64"),  # as the script reported it; NaN (0 in rows from before) if not
+        ("gpu_mem_allocated_bytes", "UInt64"),  # CUDA caching allocator at the step's end; 0 on CPU
+        ("gpu_mem_reserved_bytes", "UInt64"),
     )
     + _DELIVERY,
     order_by=("run_id", "attempt", "step", "rank"),

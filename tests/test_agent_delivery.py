@@ -103,12 +103,15 @@ def test_chdb_compaction_between_attempts_does_not_let_a_batch_in_twice(chdb_url
     assert agent.drain() == 200 and counts(store) == (200, 200)
 
 
+NEW_IN_5 = ("grad_norm", "gpu_mem_allocated_bytes", "gpu_mem_reserved_bytes")
+
+
 def test_an_older_server_schema_is_migrated_and_its_rows_kept(clickhouse_db_url):
     store = open_store(clickhouse_db_url)
     db = clickhouse_db_url.rsplit("/", 1)[1]
     old_steps = schema.Table(
         "steps",
-        tuple(c for c in schema.STEPS.columns if c[0] != "batch_id"),
+        tuple(c for c in schema.STEPS.columns if c[0] not in ("batch_id", *NEW_IN_5)),
         schema.STEPS.order_by,
         schema.STEPS.time_column,
     )
@@ -119,12 +122,17 @@ def test_an_older_server_schema_is_migrated_and_its_rows_kept(clickhouse_db_url)
     client.execute(f"INSERT INTO {db}.steps (run_id, step) SELECT 'old', 1")
     client.execute(f"INSERT INTO {db}.schema_version SELECT 1, {T0}")
     plan = plan_migration(store)
-    assert any("ADD COLUMN batch_id UInt64 AFTER rss_bytes" in s for s in plan.statements)
+    assert any("ADD COLUMN grad_norm Float64 AFTER rss_bytes" in s for s in plan.statements)
+    assert any(
+        "ADD COLUMN batch_id UInt64 AFTER gpu_mem_reserved_bytes" in s for s in plan.statements
+    )
     assert any("CREATE TABLE" in s and ".runs" in s for s in plan.statements)
     store.init_schema()
     assert plan_migration(store).statements == ()
-    got = store.query("SELECT run_id, step, batch_id FROM steps")
-    assert got.to_dict("records") == [{"run_id": "old", "step": 1, "batch_id": 0}]
+    got = store.query("SELECT run_id, step, batch_id, gpu_mem_reserved_bytes FROM steps")
+    assert got.to_dict("records") == [
+        {"run_id": "old", "step": 1, "batch_id": 0, "gpu_mem_reserved_bytes": 0}
+    ]
     store.insert("steps", steps_frame(3), batch_id=9)
     assert store.stored_batches("steps", [9, 10]) == {9: 3}
 

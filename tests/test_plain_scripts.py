@@ -58,3 +58,10 @@ def test_plain_script_collectives_are_all_seen(tmp_path, mode, level, op, comple
     grads = coll[(coll["op"] == op) & (coll["phase"] == "backward")]
     assert len(grads) >= 2 * 4, coll.groupby(["op", "phase"]).size()  # per rank, every step
     assert set(frames["phases"]["phase"]) >= {"data_wait", "forward", "backward", "optimizer"}
+    norms = frames["steps"].pivot(index="step", columns="rank", values="grad_norm")
+    if mode == "ddp":  # the heartbeat's gradient norm: of all-reduced gradients, so equal
+        assert norms.shape == (4, 2) and (norms > 0).all().all(), norms
+        assert (norms[0] - norms[1]).abs().max() < 1e-6 * norms[0].max(), norms
+    else:  # the script gives none: recorded as NaN, not as a number
+        assert norms.isna().all().all(), norms
+    assert (frames["steps"]["gpu_mem_allocated_bytes"].fillna(0) == 0).all()  # CPU ranks

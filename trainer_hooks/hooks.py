@@ -42,6 +42,40 @@ from .gc_pauses import GcRecorder
 from .spool import SpoolWriter, spool_path
 from .waits import patch_async_waits, patch_work_wait
 
+_warned_device_value: list[bool] = []
+
+
+def _number(x: Any) -> float:
+    """``x`` as a float (a CPU 0-d tensor included); NaN for None or anything else. A
+    tensor on a GPU is not read (that would synchronize the device): NaN, and one
+    warning that says to pass a Python number."""
+    if x is None:
+        return math.nan
+    if getattr(x, "is_cuda", False) or getattr(getattr(x, "device", None), "type", "cpu") != "cpu":
+        if not _warned_device_value:
+            _warned_device_value.append(True)
+            warnings.warn(
+                "ranksight: a step value was given as a GPU tensor; reading it would "
+                "synchronize the device, so it is recorded as NaN: pass a Python number "
+                "(e.g. from your own .item())",
+                stacklevel=3,
+            )
+        return math.nan
+    try:
+        return float(x)
+    except (TypeError, ValueError, RuntimeError):
+        return math.nan
+
+
+def _cuda_module() -> Any:
+    """``torch.cuda`` where CUDA is available, else None."""
+    try:
+        import torch
+
+        return torch.cuda if torch.cuda.is_available() else None
+    except Exception:  # noqa: BLE001 - no GPU memory in the heartbeat then
+        return None
+
 
 class _Phase:
     """Context manager timing one phase; blocked collective time inside is its wait_ns."""
@@ -78,18 +112,28 @@ class _Phase:
 class _Step:
     """Context manager for one training step; ``set()`` adds the heartbeat values."""
 
-    __slots__ = ("_hooks", "_step", "_t0", "loss", "tokens", "lr")
+    __slots__ = ("_hooks", "_step", "_t0", "loss", "tokens", "lr", "grad_norm")
 
     def __init__(self, hooks: Hooks, step: int) -> None:
         self._hooks, self._step = hooks, step
-        self.loss, self.tokens, self.lr = math.nan, 0, math.nan
+        self.loss, self.tokens, self.lr, self.grad_norm = math.nan, 0, math.nan, math.nan
 
-    def set(self, *, loss: float | None = None, tokens: int = 0, lr: float | None = None) -> None:
+    def set(
+        self,
+        *,
+        loss: float | None = None,
+        tokens: int = 0,
+        lr: float | None = None,
+        grad_norm: float | None = None,
+    ) -> None:
         """Record this step's loss (None where this rank has none), tokens processed by
-        this rank, and learning rate."""
-        self.loss = math.nan if loss is None else float(loss)
+        this rank, learning rate, and the gradient norm (the total norm the script
+        computed, e.g. ``clip_grad_norm_``'s return value; None where it has none). A
+        value that is not a number is recorded as NaN, never raised."""
+        self.loss = _number(loss)
         self.tokens = int(tokens)
-        self.lr = math.nan if lr is None else float(lr)
+        self.lr = _number(lr)
+        self.grad_norm = _number(grad_norm)
 
     def __enter__(self) -> _Step:
         self._hooks._step = self._step
@@ -113,6 +157,8 @@ class _Step:
                 "tokens": self.tokens,
                 "lr": self.lr,
                 "rss_bytes": h._rss(),
+                "grad_norm": self.grad_norm,
+                **h._gpu_memory(),
             }
         )
         h._log.drain()
@@ -143,6 +189,7 @@ class Hooks:
         self._phase_stack: list[str] = []
         self._clock = BlockedClock()
         self._proc = psutil.Process()
+        self._cuda = _cuda_module()
         self._closed = False
         header = {"run_id": config.run_id, "attempt": config.attempt, "rank": self.rank}
         path = spool_path(config.spool_dir, config.run_id, config.attempt, self.rank)
@@ -240,6 +287,21 @@ class Hooks:
 
     def _context(self) -> tuple[int, str]:
         return self._step, (self._phase_stack[-1] if self._phase_stack else "")
+
+    def _gpu_memory(self) -> dict[str, int]:
+        """This process's CUDA caching allocator: bytes allocated to tensors and reserved
+        from the device, on its current device (both 0 on a CPU rank). Reads the
+        allocator's counters; never synchronizes."""
+        cuda = self._cuda
+        if cuda is None or not cuda.is_initialized():
+            return {}
+        try:
+            return {
+                "gpu_mem_allocated_bytes": int(cuda.memory_allocated()),
+                "gpu_mem_reserved_bytes": int(cuda.memory_reserved()),
+            }
+        except Exception:  # noqa: BLE001 - a heartbeat without it is still a heartbeat
+            return {}
 
     def _rss(self) -> int:
         try:

@@ -36,9 +36,13 @@ for step in range(4):
         with hooks.phase("backward"):
             loss.backward()
         with hooks.phase("optimizer"):
+            # DDP's gradients are whole tensors: the norm needs no collective (FSDP2's
+            # sharded ones would need an all_reduce issued inside a DTensor op, which the
+            # dispatch-level count this test compares against cannot see)
+            norm = nn.utils.clip_grad_norm_(model.parameters(), 1.0) if mode == "ddp" else None
             opt.step()
             opt.zero_grad()
-        s.set(loss=loss.item(), tokens=32)
+        s.set(loss=loss.item(), tokens=32, grad_norm=None if norm is None else norm.item())
 stats = hooks.close()
 assert stats["errors"] == 0 and stats["collectives"] > 0, stats
 dist.destroy_process_group()
