@@ -67,6 +67,10 @@ def _number(x: Any) -> float:
         return math.nan
 
 
+KNOWN_BACKENDS = ("gloo", "nccl")
+"""Backends the hooks are built and tested for; another one gets a warning at attach."""
+
+
 def _cuda_module() -> Any:
     """``torch.cuda`` where CUDA is available, else None."""
     try:
@@ -204,6 +208,14 @@ class Hooks:
         )
         if self._spool.error:
             warnings.warn(f"ranksight: {self._spool.error}; records will be dropped", stacklevel=3)
+        backend = str(dist.get_backend()).lower()
+        if not any(b in backend for b in KNOWN_BACKENDS):
+            warnings.warn(
+                f"ranksight: process-group backend {backend!r} is not one ranksight knows "
+                f"({', '.join(KNOWN_BACKENDS)}): its collectives are recorded where the "
+                "training code issues them (host times; no Flight Recorder)",
+                stacklevel=3,
+            )
         self._fr = DumpOnRequest(os.path.dirname(path), self.rank)
         mesh = mesh or {}
         self._put(
