@@ -21,6 +21,7 @@ from ranksight.analyzer import analyze
 from ranksight.analyzer.whatif import replay, whatif_slowdown
 from ranksight.importer import ImportConfig, import_paths, sniff
 from ranksight.store import open_store
+from ranksight.ui.data.runs import run_status
 from tests.realdata import realdata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,6 +42,12 @@ def run(store, *paths, run_id="r"):
 
 def culprits(analysis, kind=None):
     return {f.culprit_rank for f in analysis.findings if kind is None or f.kind == kind}
+
+
+def stored_status(store, run_id="r") -> str:
+    return store.query("SELECT status FROM runs WHERE run_id = %(r)s", {"r": run_id})[
+        "status"
+    ].iloc[-1]
 
 
 def answer(folder: str) -> dict:
@@ -89,6 +96,7 @@ def test_watchdog_missing_rank(chdb) -> None:
     assert culprits(analysis) == set(want["culprit_ranks"])
     (f,) = analysis.findings
     assert f.kind == "hang" and f.evidence["seq"] == want["seq"]
+    assert stored_status(chdb) == "failed"  # the watchdog timed the collective out
 
 
 def test_pyspy_loader_stall(chdb) -> None:
@@ -224,6 +232,7 @@ def test_nccl_healthy_dumps_no_finding(chdb, tmp_path) -> None:
         ("flight_recorder", 1),
     ]
     assert analysis.findings == []
+    assert stored_status(chdb) == "finished"  # dumps of a healthy job: not a failed run
 
 
 def test_gloo_slow_kineto_and_fr_mixed(chdb) -> None:
@@ -263,6 +272,9 @@ def test_nccl_hang_flight_recorder(chdb) -> None:
     (f,) = analysis.findings
     assert (f.kind, f.culprit_rank, f.cause) == ("hang", 1, "stuck")
     assert f.evidence["waiting"] == [0] and f.evidence["issued"] < f.evidence["others_issued"]
+    # the dumps alone do not say the job died; the Runs page shows it hung by the finding
+    assert stored_status(chdb) == "finished"
+    assert run_status("finished", 0, 0.0, hang_findings=1, now_ns=0, hang_after_s=60) == "hung"
 
 
 def test_merge_takes_the_offset_kernels_start_after_their_entries() -> None:

@@ -17,8 +17,6 @@ from ranksight.store import Store
 from . import fr, kineto, merge, nccl_debug, pyspy, sources, watchdog, wia
 from .rows import Rows, rank_from_path
 
-HANG_KINDS = ("flight_recorder", "watchdog", "pyspy", "nccl_debug")
-"""Kinds that are left behind by a job that stopped: an import with any is a failed run."""
 _BYTES_PER_ROW = 600
 """Rough memory of one buffered row (a dict of ~15 fields), for the flush threshold."""
 _INSERT_ROWS = 500_000
@@ -383,7 +381,10 @@ class _State:
 
 
 def _write_run(store: Store, result: ImportResult, state: _State, started: int) -> None:
-    failed = bool(state.kinds & set(HANG_KINDS))
+    # The run failed where a watchdog timed a collective out (NCCL then tears the process
+    # down); dumps and stacks alone may come from a healthy job. A hang is the analyzer's
+    # finding either way (the Runs page shows a run with one as hung).
+    failed = any(log.timeouts for log in state.watchdog)
     mesh = state.mesh
     result.meta.update(
         source="import",

@@ -2,9 +2,9 @@
 
 Status is one of ``running``, ``finished``, ``hung``, ``crashed``: the run row's status
 (the trainer writes ``running`` at start, ``finished`` at a clean end, the demo
-``failed`` when the job dies) refined by progress: a ``running`` run whose steps stopped
-advancing for ``hang_after_s`` and 20 median steps, or with a stored ``hang`` finding,
-is ``hung``.
+``failed`` when the job dies) refined by progress: a run with a stored ``hang`` finding,
+or a ``running`` run whose steps stopped advancing for ``hang_after_s`` and 20 median
+steps, is ``hung``.
 """
 
 from __future__ import annotations
@@ -70,12 +70,12 @@ def run_status(
 ) -> str:
     """One of :data:`STATUSES` for a run whose row says ``stored`` (see the module doc).
     Times in ns; ``last_progress_ns`` 0 means no progress recorded."""
+    if hang_findings:  # also a run that ended hung: an import of a hang's dumps, a job
+        return "hung"  # torn down by NCCL's watchdog (a crash the hang caused is folded in)
     if stored == "failed":
         return "crashed"
     if stored != "running":
         return "finished" if stored == "finished" else stored
-    if hang_findings:
-        return "hung"
     quiet_ns = max(hang_after_s * 1e9, 20.0 * (median_step_ns or 0.0))
     if last_progress_ns and now_ns - last_progress_ns > quiet_ns:
         return "hung"
