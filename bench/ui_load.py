@@ -25,8 +25,13 @@ under ``ROOT/ranksight/``, as the editable install maps them), the UI server's w
 folder and first on its ``PYTHONPATH``. Each repeat then starts one server of each, alternating which
 goes first, on the same store, and prints both medians and their ratio.
 
+``--floor N`` first measures, N times each, what no page can beat: a fresh browser's
+first render of a trivial Streamlit app with one 3-point chart drawn by Streamlit's
+Plotly, by its ECharts (``st.echarts_chart``, a lighter bundle), and with no chart.
+
     python bench/ui_load.py [--sizes 1024x1000,16384x100] [--work DIR] [--keep] [--reuse]
                             [--pages heatmap,overview,heatmap_waited] [--before ROOT]
+                            [--floor N]
 
 Prints one table row per size and page; record results in bench/RESULTS.md.
 """
@@ -305,6 +310,90 @@ def visit_pages(
     return out
 
 
+FLOOR_APPS = {
+    "plotly": (
+        "import plotly.graph_objects as go\n"
+        "st.plotly_chart(go.Figure(go.Scatter(x=[0, 1, 2], y=[1, 3, 2])), key='floor_chart')",
+        ".js-plotly-plot .scatterlayer .trace",
+    ),
+    "echarts": (
+        "st.echarts_chart({'xAxis': {'type': 'value'}, 'yAxis': {'type': 'value'}, 'series':"
+        " [{'type': 'line', 'data': [[0, 1], [1, 3], [2, 2]]}]}, key='floor_chart')",
+        "canvas",
+    ),
+    "no chart": ("with st.container(key='floor_chart'):\n    st.write('text')", "p"),
+}
+"""The floor apps: (code after ``st.header``, what is drawn inside ``st-key-floor_chart``)."""
+
+
+def floor(repeat: int) -> dict[str, tuple[float, float]]:
+    """Median seconds of the first render of each trivial app in :data:`FLOOR_APPS` in a
+    fresh browser that has visited the app without its chart (as the pages' browser
+    visits the Runs page first), and of a second visit."""
+    from playwright.sync_api import sync_playwright
+
+    folder = tempfile.mkdtemp(prefix="ranksight-ui-floor-")
+    got: dict[str, list[tuple[float, float]]] = {k: [] for k in FLOOR_APPS}
+    try:
+        for _ in range(repeat):
+            for name, (code, drawn) in FLOOR_APPS.items():
+                path = os.path.join(folder, name.replace(" ", "_") + ".py")
+                with open(path, "w") as f:
+                    body = "\n".join("    " + line for line in code.splitlines())
+                    f.write(
+                        "import streamlit as st\nst.set_page_config(layout='wide')\n"
+                        f"st.header('floor: {name}')\n"
+                        f"if st.query_params.get('chart'):\n{body}\nelse:\n    st.write('warm-up')\n"
+                    )
+                got[name].append(_floor_visit(sync_playwright, path, drawn))
+                print(f"  floor, {name}: {got[name][-1][0]:.2f} s", flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {k: tuple(statistics.median(x[i] for x in v) for i in (0, 1)) for k, v in got.items()}
+
+
+def _floor_visit(sync_playwright, path: str, drawn: str) -> tuple[float, float]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "streamlit", "run", path, "--server.port", str(port)]
+    cmd += ["--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    cmd += ["--server.fileWatcherType", "none"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}/"
+    done = (
+        "() => !document.querySelector('[data-testid=stStatusWidget]') && "
+        f"!!document.querySelector('[class*=st-key-floor_chart] {drawn}')"
+    )
+    try:
+        for _ in range(240):
+            try:
+                with urllib.request.urlopen(base + "_stcore/health", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.5)
+        with sync_playwright() as p:
+
+            def visit(browser, url: str, until: str) -> float:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                t = time.perf_counter()
+                page.goto(url)
+                page.wait_for_function(until, timeout=120_000, polling=20)
+                took = time.perf_counter() - t
+                page.close()
+                return took
+
+            # As the pages: the browser has the app shell (a visit with no chart: the
+            # server's first script run) but not the chart library.
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            visit(browser, base, "() => !!document.querySelector('[data-testid=stMarkdown]')")
+            cold = visit(browser, base + "?chart=1", done)
+            again = visit(browser, base + "?chart=1", done)
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return cold, again
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1024x1000,16384x100", help="RANKSxSTEPS, comma-separated")
@@ -320,7 +409,9 @@ def main() -> None:
     ap.add_argument(
         "--before", default=None, help="folder with an older ranksight package to compare"
     )
+    ap.add_argument("--floor", type=int, default=0, help="trivial-app renders first (N each)")
     args = ap.parse_args()
+    floors = floor(args.floor) if args.floor else {}
     pages = tuple(p for p in args.pages.split(",") if p)
     unknown = set(pages) - set(PAGES)
     if unknown:
@@ -337,6 +428,11 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     print_table(rows)
+    if floors:
+        print("\n| trivial app, one 3-point chart | fresh browser (median) | again |")
+        print("|---|---|---|")
+        for name, (cold, again) in floors.items():
+            print(f"| {name} | {cold:.2f} s | {again:.2f} s |")
 
 
 def print_table(rows: list[dict]) -> None:
