@@ -15,9 +15,19 @@ and P2P op is recorded as with the two lines (same levels, same spool, same exit
 Steps without code: a training step ends when the script's optimizer finishes
 ``step()`` (torch's global optimizer step hooks; the first optimizer that steps is the
 clock, so a second optimizer does not double-count). Step 0 starts when the process group
-is made, so it includes set-up. The optimizer's ``step()`` is the ``optimizer`` phase.
-Forward, backward and data-wait phases need the hooks' context managers in the script
-(``hooks.phase``): there is no cheap way to find them from outside.
+is made, so it includes set-up. Phases without code, from three calls every PyTorch
+training loop makes:
+
+- ``data_wait``: each ``next()`` on a ``DataLoader`` iterator;
+- ``backward``: each outermost ``torch.autograd.backward`` call (``loss.backward()``,
+  pipelining's stage backward);
+- ``forward``: from the end of the last of these boundaries (the step's start, a batch's
+  arrival, a backward's end) to the next backward's start: the forward pass and whatever
+  else the loop does before it (moving the batch, zeroing gradients);
+- ``optimizer``: the clock optimizer's ``step()``.
+
+On a GPU these are host times, like the hooks' own phases. The script's own
+``hooks.phase`` context managers give exact phases where these do not fit.
 
 Mesh: ``RANKSIGHT_MESH="dp=2,pp=2,tp=2"`` gives the mesh shape; each rank's coordinates
 follow ``ranksight.reference_trainer.layout`` (TP innermost, then PP, then DP, as
@@ -82,13 +92,51 @@ def mesh_of(rank: int, world_size: int, text: str | None) -> tuple[dict[str, int
 
 
 class _StepClock:
-    """Steps and the optimizer phase from torch's global optimizer step hooks."""
+    """Steps and phases from outside the script (see the module doc): the optimizer step
+    hooks end steps; :meth:`data_wait` and :meth:`backward` wrap the DataLoader's
+    ``next()`` and ``torch.autograd.backward``; the forward phase is what lies between."""
 
     def __init__(self, hooks: Any) -> None:
         self.hooks, self.step, self.clock_id = hooks, 0, None
         self._open = hooks.step(0)
         self._open.__enter__()
         self._phase = None
+        self._in_backward = False
+        self._mark()
+
+    def _mark(self) -> None:
+        """A phase boundary now: the next forward starts here."""
+        self._since, self._blocked = time.time_ns(), self.hooks.blocked_ns
+
+    def data_wait(self, next_batch: Any) -> Any:
+        """Call ``next_batch()`` as the ``data_wait`` phase."""
+        if self._open is None:
+            return next_batch()
+        with self.hooks.phase("data_wait"):
+            try:
+                return next_batch()
+            finally:
+                self._mark()
+
+    def backward(self, run: Any) -> Any:
+        """Call ``run()`` (a backward pass) as the ``backward`` phase, after recording the
+        forward phase that led to it. Nested backward calls are part of the outer one."""
+        if self._open is None or self._in_backward:
+            return run()
+        try:
+            now = time.time_ns()
+            if now > self._since:
+                self.hooks.record_phase("forward", self._since, now,
+                                        self.hooks.blocked_ns - self._blocked)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - never break the training step
+            warnings.warn(f"ranksight auto-attach: forward phase failed: {exc}", stacklevel=3)
+        self._in_backward = True
+        try:
+            with self.hooks.phase("backward"):
+                return run()
+        finally:
+            self._in_backward = False
+            self._mark()
 
     def pre(self, optimizer: Any, *_: Any) -> None:
         if self.clock_id is None:
@@ -107,6 +155,7 @@ class _StepClock:
         self.step += 1
         self._open = self.hooks.step(self.step)
         self._open.__enter__()
+        self._mark()
 
 
 def _attach_now() -> None:
@@ -132,6 +181,38 @@ def _attach_now() -> None:
     register_optimizer_step_pre_hook(_guarded(clock.pre))
     register_optimizer_step_post_hook(_guarded(clock.post))
     _state["clock"] = clock
+    try:
+        _wrap_phases(clock)
+    except Exception as exc:  # steps and collectives are still recorded
+        warnings.warn(
+            f"ranksight auto-attach: no data/forward/backward phases: {exc}", stacklevel=2
+        )
+
+
+def _wrap_phases(clock: _StepClock) -> None:
+    """Route ``DataLoader`` iteration and ``torch.autograd.backward`` through ``clock``."""
+    import torch.autograd
+    from torch.utils.data import dataloader
+
+    it = dataloader._BaseDataLoaderIter
+    original_next = it.__next__
+    if not getattr(original_next, "_ranksight_wrapped", False):
+
+        def __next__(self: Any) -> Any:
+            return clock.data_wait(lambda: original_next(self))
+
+        __next__._ranksight_wrapped = True
+        it.__next__ = __next__
+    original_backward = torch.autograd.backward
+    if not getattr(original_backward, "_ranksight_wrapped", False):
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            return clock.backward(lambda: original_backward(*args, **kwargs))
+
+        backward.__wrapped__ = original_backward
+        backward.__doc__ = original_backward.__doc__
+        backward._ranksight_wrapped = True
+        torch.autograd.backward = backward
 
 
 def _guarded(fn):

@@ -99,18 +99,8 @@ class _Phase:
         t1 = time.time_ns()
         h = self._hooks
         h._phase_stack.pop()
-        h._put(
-            {
-                "t": "phases",
-                "step": max(h._step, 0),
-                "phase": self._name,
-                "microbatch": self._microbatch,
-                "stage": self._stage,
-                "start_ns": self._t0,
-                "end_ns": t1,
-                "wait_ns": h._clock.total_ns - self._w0,
-            }
-        )
+        h.record_phase(self._name, self._t0, t1, h._clock.total_ns - self._w0,
+                       microbatch=self._microbatch, stage=self._stage)  # fmt: skip
 
 
 class _Step:
@@ -405,6 +395,38 @@ class Hooks:
             "errors": self._log.errors,
             "collectives": self._log.issued,
         }
+
+    def record_phase(
+        self,
+        name: str,
+        start_ns: int,
+        end_ns: int,
+        wait_ns: int = 0,
+        *,
+        microbatch: int = -1,
+        stage: int = -1,
+    ) -> None:
+        """Record a phase already timed elsewhere: host realtime ``start_ns``..``end_ns``
+        (ns, ``time.time_ns()`` clock), ``wait_ns`` of it blocked on collectives, in the
+        current step. :meth:`phase` is the usual way; this is for phases known only once
+        they are over (e.g. the automatic attach's forward)."""
+        self._put(
+            {
+                "t": "phases",
+                "step": max(self._step, 0),
+                "phase": name,
+                "microbatch": microbatch,
+                "stage": stage,
+                "start_ns": int(start_ns),
+                "end_ns": int(end_ns),
+                "wait_ns": int(wait_ns),
+            }
+        )
+
+    @property
+    def blocked_ns(self) -> int:
+        """Host time this rank has spent blocked waiting for collectives so far (ns)."""
+        return self._clock.total_ns
 
     def step(self, step: int) -> _Step:
         """Context manager around one training step (``step`` counts from 0)."""

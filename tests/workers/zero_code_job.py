@@ -17,10 +17,12 @@ model = nn.parallel.DistributedDataParallel(
     nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
 )
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for step in range(steps):
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(16 * steps, 32)),
+                                   batch_size=16)  # fmt: skip
+for step, (x,) in enumerate(data):
     if mode == "fail" and rank == 1 and step == 2:
         raise RuntimeError("injected failure at step 2")
-    loss = model(torch.randn(16, 32)).pow(2).mean()
+    loss = model(x).pow(2).mean()
     loss.backward()
     for p in model.parameters():  # an explicit all_reduce the default level sees
         dist.all_reduce(p.grad)
