@@ -452,3 +452,26 @@ def test_cli_import_reports_culprit(tmp_path) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert missing.returncode == 2 and "nope" in missing.stderr
+
+
+def test_flight_recorder_rows_are_written_within_the_memory_budget(chdb, tmp_path, monkeypatch):
+    """Without profiler traces to merge into them, dump rows go out as the import reads
+    them (a big job's hang leaves thousands of dumps), not all held to the end."""
+    from ranksight.importer import run as run_mod
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    dump = os.path.join(FR_NCCL, "nccl_trace_rank_0.gz")  # NCCL: members in pg_config
+    for rank in range(8):  # 1,491 entries a dump: past the 10,000-row floor of the budget
+        shutil.copy(dump, folder / f"nccl_trace_rank_{rank}.gz")
+    writes = []
+    real_write = run_mod._Writer.write
+
+    def write(self, rows):
+        writes.append(len(rows.tables.get("collectives", [])))
+        return real_write(self, rows)
+
+    monkeypatch.setattr(run_mod._Writer, "write", write)
+    result = import_paths(chdb, [str(folder)], ImportConfig(run_id="big", memory_mb=16))
+    assert len(result.imported) == 8 and result.rows["collectives"] == sum(writes)
+    assert sum(1 for n in writes if n) >= 2, writes  # some written before the end

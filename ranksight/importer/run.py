@@ -134,6 +134,7 @@ def import_paths(
         state = _State(cfg, _Writer(store, run_id, cfg.attempt), started, on_progress)
         state.tmp = tmp
         state.total = sum(os.path.getsize(a.path) for a in found if a.kind)
+        state.hold_fr = any(a.kind == "kineto" for a in found)
         for art in found:
             result.files.append(state.take(art))
         state.finish(result)
@@ -156,7 +157,11 @@ class _State:
         self.fr_unknown = Rows()
         self.fr_coll: list[dict] = []
         """Flight Recorder collective rows, held until the end of the import so that
-        profiler kernels of the same collectives are merged into them (:mod:`.merge`)."""
+        profiler kernels of the same collectives are merged into them (:mod:`.merge`);
+        only when the import has profiler traces (:attr:`hold_fr`)."""
+        self.hold_fr = True
+        """Whether the import holds profiler traces: else Flight Recorder rows go out with
+        the rest, within the memory budget (thousands of dumps of a big job's hang)."""
         self.fr_ranks: set[int] = set()
         self.partial: dict[int, str] = {}
         """rank -> why its Flight Recorder dump tells nothing of its progress (damaged)."""
@@ -257,7 +262,8 @@ class _State:
             for r in rows.tables.get(table, []):
                 (held if r.get("group_ranks") == "" else keep).append(r)
             rows.tables[table] = keep
-        self.fr_coll.extend(rows.tables.pop("collectives", []))
+        if self.hold_fr:
+            self.fr_coll.extend(rows.tables.pop("collectives", []))
         self.rows.merge(rows)
         if dump.rank is not None:
             self.fr_ranks.add(dump.rank)
