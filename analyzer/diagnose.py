@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -218,22 +219,42 @@ def _crash(data: RunData) -> CrashReport | None:
     return find_crash(data.ends, seen, last_step, str(data.run.get("status", "")))
 
 
+def _fold_into_desync(
+    findings: list[Finding],
+    event: Finding,
+    explains: Callable[[Finding], bool],
+    key: str,
+    evidence: dict,
+    then: str,
+) -> list[Finding]:
+    """``event`` (a crash or hang) first in ``findings``, unless a desync finding it
+    ``explains`` is there: then it is that finding's consequence, kept in its evidence
+    under ``key`` and said after its summary (``; then``)."""
+    for i, f in enumerate(findings):
+        if f.kind == "desync" and explains(f):
+            findings[i] = replace(
+                f, evidence={**f.evidence, key: evidence}, summary=f"{f.summary}; {then}"
+            )
+            return findings
+    return [event, *findings]
+
+
 def _with_crash(findings: list[Finding], crash: Finding) -> list[Finding]:
     """Add the crash finding first, unless a desync explains it: a rank that died inside
     a collective its group's members issued differently (gloo aborts on a size mismatch)
     is a consequence, kept as the desync finding's evidence."""
-    for i, f in enumerate(findings):
-        members = [int(m) for m in str(f.evidence.get("members", "")).split(",") if m]
-        if f.kind == "desync" and crash.culprit_rank in members:
-            evidence = {
-                **f.evidence,
-                "then_crashed": {"rank": crash.culprit_rank, **crash.evidence},
-            }
-            how = crash.evidence.get("detail") or crash.cause
-            summary = f"{f.summary}; then rank {crash.culprit_rank}'s process ended ({how})"
-            findings[i] = replace(f, evidence=evidence, summary=summary)
-            return findings
-    return [crash, *findings]
+    how = crash.evidence.get("detail") or crash.cause
+    return _fold_into_desync(
+        findings,
+        crash,
+        lambda f: (
+            crash.culprit_rank
+            in [int(m) for m in str(f.evidence.get("members", "")).split(",") if m]
+        ),
+        "then_crashed",
+        {"rank": crash.culprit_rank, **crash.evidence},
+        f"then rank {crash.culprit_rank}'s process ended ({how})",
+    )
 
 
 def _with_link_counters(f: Finding, data: RunData, coords: pd.DataFrame) -> Finding:
@@ -281,14 +302,15 @@ def _with_hang(findings: list[Finding], hang: Finding) -> list[Finding]:
     different collectives at one sequence number wait for each other forever, so a hang
     with no root outside the desync (every rank blocked, or the root is the desync's odd
     rank) is its consequence, kept as the desync finding's evidence."""
-    for i, f in enumerate(findings):
-        if f.kind == "desync" and hang.culprit_rank in (-1, f.culprit_rank):
-            evidence = {**f.evidence, "then_hung": hang.evidence}
-            stalled = hang.evidence.get("stalled_s", 0)
-            summary = f"{f.summary}; the job then hung ({stalled:.0f} s without a step)"
-            findings[i] = replace(f, evidence=evidence, summary=summary)
-            return findings
-    return [hang, *findings]
+    stalled = hang.evidence.get("stalled_s", 0)
+    return _fold_into_desync(
+        findings,
+        hang,
+        lambda f: hang.culprit_rank in (-1, f.culprit_rank),
+        "then_hung",
+        hang.evidence,
+        f"the job then hung ({stalled:.0f} s without a step)",
+    )
 
 
 def _finding(

@@ -102,3 +102,27 @@ def test_desync_in_a_group_of_two_names_the_rank_off_the_usual_signature():
     found = desync_findings(mism, coords(8), usual)
     assert [f.culprit_rank for f in found] == [4]
     assert found[0].evidence["signatures"]["4"]["numel"] == 65537
+
+
+def test_a_crash_or_hang_a_desync_explains_is_folded_into_it() -> None:
+    from ranksight.analyzer.diagnose import _with_crash, _with_hang
+    from ranksight.analyzer.findings import Finding
+
+    def finding(kind: str, rank: int, summary: str, **evidence) -> Finding:
+        return Finding(kind, "x", rank, "h", 0, 0, 0, 0.9, 0.0, summary, evidence)
+
+    desync = finding("desync", 3, "rank 3 issued all_gather #7", members="2,3")
+    crash = finding("crash", 2, "rank 2 died", detail="exit code 1")
+    (folded,) = _with_crash([desync], crash)
+    assert folded.evidence["then_crashed"] == {"rank": 2, "detail": "exit code 1"}
+    assert (
+        folded.summary == "rank 3 issued all_gather #7; then rank 2's process ended (exit code 1)"
+    )
+    outside = finding("crash", 5, "rank 5 died", detail="exit code 1")
+    assert [f.kind for f in _with_crash([desync], outside)] == ["crash", "desync"]
+    hang = finding("hang", -1, "every rank blocked", stalled_s=61.4)
+    (folded,) = _with_hang([desync], hang)
+    assert folded.evidence["then_hung"] == {"stalled_s": 61.4}
+    assert folded.summary.endswith("; the job then hung (61 s without a step)")
+    rooted = finding("hang", 1, "rank 1 never entered", stalled_s=5)
+    assert [f.kind for f in _with_hang([desync], rooted)] == ["hang", "desync"]
