@@ -163,6 +163,13 @@ class Store(abc.ABC):
         connection)."""
         return self
 
+    def reopen_spec(self) -> dict | None:
+        """How another process opens this store (JSON-able; ``store.clickhouse_store.
+        reopen``), or None if it cannot (this default: a store that lives in this process,
+        such as a chdb folder, is written from here). The node agent ships from separate
+        processes only to stores that have one (``agent/shipper.py``)."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional for backends without resources
         """Release connections. Safe to call twice."""
 
