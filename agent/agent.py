@@ -11,7 +11,10 @@ and :meth:`drain`):
   enforce the buffer's bound; delete spool segments the store has every record of.
 - **ship**: send buffered batches oldest first (``agent/deliver.py``), delete each once
   the store has it; on a store error back off (doubling from ``interval_s`` up to
-  ``retry_max_s``) and retry the same batch, checked against the store first.
+  ``retry_max_s``) and retry the same batch, checked against the store first. To a
+  ClickHouse server each shipper thread sends through a child process of its own
+  (``agent/shipper.py``), so that sending does not share the read loop's interpreter
+  lock.
 
 The read loop never waits for the store, so a store outage or a stalled server fills the
 buffer, not the ranks' spool, and never slows training (the ranks only append to their
@@ -45,6 +48,7 @@ from .config import AgentConfig
 from .deliver import deliver
 from .parse import Parsed
 from .security import secure_spool_dir
+from .shipper import BatchUnreadable, ShipperProcess
 from .tailer import OFFSETS, SpoolTailer, state_dir_for
 
 log = logging.getLogger("ranksight.agent")
@@ -100,9 +104,11 @@ class Agent:
         os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
         self._lock_file = _exclusive(self.state_dir)
         self.tailer = SpoolTailer(spool_dir, store.url, self.state_dir, fsync=config.fsync)
+        self._ship_spec = store.reopen_spec() if config.ship_processes else None
         self.buffer = DiskBuffer(
-            self.state_dir, config.buffer_bytes, config.drop_policy, config.fsync
-        )
+            self.state_dir, config.buffer_bytes, config.drop_policy, config.fsync,
+            **({"keep_in_memory": 0} if self._ship_spec else {}),
+        )  # fmt: skip
         self._last_batch: dict[str, int] = {}
         """Per spool file: the newest buffered batch holding records read from it."""
         self._recover()
@@ -117,6 +123,8 @@ class Agent:
         self._sealed = threading.Event()  # wakes idle shippers
         self._started_ns = time.time_ns()
         self._last_stats = 0.0
+        self.shipper_processes: list[ShipperProcess] = []
+        """The shipper processes of :meth:`run` (none to a chdb folder)."""
         self.taps: list[Callable[[dict[str, pa.Table]], None]] = []
         """Called with each batch's tables (table -> rows) as it is sealed, before it is
         shipped (e.g. ``agent/otel.py``); a tap must not raise and must not block."""
@@ -277,10 +285,11 @@ class Agent:
         }
 
     # ------------------------------------------------------------------ ship side
-    def ship_once(self, store: Store | None = None) -> int:
+    def ship_once(self, store: Store | ShipperProcess | None = None) -> int:
         """Send the oldest buffered batch no other shipper holds, through ``store`` (default
-        :attr:`store`; another connection to it for a second shipper thread); returns rows
-        inserted or found stored (0 if there is none or the store failed)."""
+        :attr:`store`; another connection to it, or a :class:`ShipperProcess`, for another
+        shipper thread); returns rows inserted or found stored (0 if there is none or the
+        store failed)."""
         seq = self.buffer.take_oldest(self._committed)
         if seq is None:
             return 0
@@ -289,23 +298,32 @@ class Agent:
         finally:
             self.buffer.release(seq)
 
-    def _ship(self, seq: int, store: Store) -> int:
-        """Deliver batch ``seq`` and delete it; on a store error count it and back off."""
+    def _ship(self, seq: int, via: Store | ShipperProcess) -> int:
+        """Deliver batch ``seq`` through ``via`` and delete it; on a store error count it
+        and back off."""
         try:
-            batch = self.buffer.load(seq)
+            batch = None if isinstance(via, ShipperProcess) else self.buffer.load(seq)
+            attempted = batch.attempted if batch else self.buffer.attempted(seq)
         except (OSError, ValueError) as exc:
             log.error("buffered batch %d is unreadable, dropped: %s", seq, exc)
             self.buffer.remove(seq)
             return 0
-        verify = batch.attempted or seq in self._suspect
-        if not batch.attempted:
+        verify = attempted or seq in self._suspect
+        if not attempted:
             self.buffer.mark_attempted(seq)
         try:
             with self._schema_lock:
                 if not self._schema_ready:  # the store may have been down at start
                     self.store.init_schema()
                     self._schema_ready = True
-            done = deliver(store, batch, verify=verify, settle_s=self.config.settle_s)
+            if batch is None:
+                done = via.deliver(seq, verify, self.config.settle_s)
+            else:
+                done = deliver(via, batch, verify=verify, settle_s=self.config.settle_s)
+        except BatchUnreadable as exc:
+            log.error("buffered batch %d is unreadable, dropped: %s", seq, exc)
+            self.buffer.remove(seq)
+            return 0
         except StoreError as exc:
             with self._stats_lock:
                 self._suspect.add(seq)
@@ -354,10 +372,20 @@ class Agent:
         """Read in this thread and ship in ``config.shippers`` threads (each with its own
         store connection) until ``stop`` is set; then read once more and keep shipping for
         up to ``drain_timeout_s`` (the rest stays buffered on disk)."""
-        stores = [self.store] + [self.store.copy() for _ in range(self.config.shippers - 1)]
+        if self._ship_spec:
+            folder = str(self.buffer.folder)
+            self.shipper_processes = [
+                ShipperProcess(self._ship_spec, folder, self.config.shipper_idle_s)
+                for _ in range(self.config.shippers)
+            ]
+            stores = []
+            vias = self.shipper_processes
+        else:
+            stores = [self.store] + [self.store.copy() for _ in range(self.config.shippers - 1)]
+            vias = stores
         shippers = [
-            threading.Thread(target=self._ship_loop, args=(stop, s), name=f"ranksight-ship{i}")
-            for i, s in enumerate(stores)
+            threading.Thread(target=self._ship_loop, args=(stop, v), name=f"ranksight-ship{i}")
+            for i, v in enumerate(vias)
         ]
         for shipper in shippers:
             shipper.start()
@@ -376,16 +404,25 @@ class Agent:
             pass
         self._refresh()
 
-    def _ship_loop(self, stop: threading.Event, store: Store) -> None:
-        """Ship through ``store`` until ``stop``; when idle wait for the next sealed batch
-        (at most ``interval_s``), after errors the backoff."""
-        while not stop.is_set():
-            if self._guard(lambda: self.ship_once(store)) == 0:
-                if self._backoff:
-                    stop.wait(self._backoff)
-                else:
-                    self._sealed.wait(min(self.interval_s, 0.25))
-                    self._sealed.clear()
+    def _ship_loop(self, stop: threading.Event, via: Store | ShipperProcess) -> None:
+        """Ship through ``via`` until ``stop``; when idle wait for the next sealed batch
+        (at most ``interval_s``), after errors the backoff. A shipper process is started
+        by (and ends with) this thread: its parent-death signal follows the thread."""
+        try:
+            if isinstance(via, ShipperProcess):
+                self._guard(via.start)  # ready before the first batch; else on first use
+            while not stop.is_set():
+                if self._guard(lambda: self.ship_once(via)) == 0:
+                    if isinstance(via, ShipperProcess):
+                        via.close_if_idle()
+                    if self._backoff:
+                        stop.wait(self._backoff)
+                    else:
+                        self._sealed.wait(min(self.interval_s, 0.25))
+                        self._sealed.clear()
+        finally:
+            if isinstance(via, ShipperProcess):
+                via.close()
 
     def _guard(self, step) -> int:
         """Run one loop step; log (never raise) unexpected errors so the agent stays up."""

@@ -1,8 +1,9 @@
 """The agent's disk buffer: sealed batches waiting for the store, oldest first, bounded.
 
 Layout under ``<state>/batches/``: one folder per batch, ``<seq:012d>/``, holding one
-Parquet file per table (``<table>.parquet``; batches sealed by older agents: Arrow IPC
-``<table>.arrow``, still read) and ``manifest.json``: the
+file per table (``<table>.arrow``: an uncompressed Arrow IPC file, sealed while the
+shippers keep up; ``<table>.parquet``: zstd Parquet, once a backlog builds) and
+``manifest.json``: the
 batch's sequence number, its random 63-bit ``uid`` (the root of its delivery ids, see
 ``agent/deliver.py``), row counts, and the spool offsets reached when it was sealed. A
 batch is written under ``.<seq>.tmp/``, fsynced and renamed into place, so a batch folder
@@ -30,12 +31,15 @@ import pyarrow.parquet as pq
 
 MANIFEST = "manifest.json"
 ATTEMPTED = "attempted"
-FAST, DENSE = "lz4", "zstd"
-"""Parquet compression of a sealed batch (no dictionary encoding either way): ``lz4`` while
-the shipper keeps up (the batch is sent from memory within a second; about 0.16 µs and 23
-bytes a ``collectives`` record on the test VM), ``zstd`` once a backlog builds up (a store
-outage: 0.29 µs and 10 bytes, so the bound holds 2x more records). Arrow IPC with lz4, the
-earlier format, took 0.29 µs and 47 bytes."""
+FAST, DENSE = "arrow", "zstd"
+"""How a batch is sealed. ``arrow`` while the shippers keep up: an uncompressed Arrow IPC
+file, about 0.05 µs and 141 bytes a record of the hooks' mix on the test VM, which a
+shipper process maps back for free (the batch is gone from disk within a second or two).
+``zstd`` once a backlog builds up (a store outage): Parquet, no dictionary encoding, about
+0.23 µs and 9 bytes a record, so the bound holds 15x more records; reading it back costs a
+shipper about 0.25-0.35 µs a record. Parquet with lz4 (the earlier fast format) took
+0.15-0.3 µs to write, 0.3 µs to read back, 22 bytes; Arrow IPC with lz4 0.1 µs each way,
+42 bytes (``bench/ingest.py``'s notes in ``bench/RESULTS.md``)."""
 BACKLOG_BATCHES = 2
 """Buffered batches past which new batches are sealed :data:`DENSE`."""
 _KEEP_IN_MEMORY = 2  # newest sealed batches the shipper takes without reading them back
@@ -64,8 +68,18 @@ class DiskBuffer:
     and removes; the batch being shipped (:attr:`in_flight`) is never dropped.
     """
 
-    def __init__(self, folder: str | os.PathLike, max_bytes: int, policy: str, fsync: bool):
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        max_bytes: int,
+        policy: str,
+        fsync: bool,
+        keep_in_memory: int = _KEEP_IN_MEMORY,
+    ):
         self.folder = Path(folder) / "batches"
+        self.keep_in_memory = keep_in_memory
+        """Newest sealed batches kept in memory for :meth:`load` (0 when shipper
+        processes read them from disk)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         self.max_bytes, self.policy, self.fsync = max_bytes, policy, fsync
         self.in_flight: set[int] = set()
@@ -135,9 +149,15 @@ class DiskBuffer:
         with self._lock:
             compression = DENSE if len(self._sizes) > BACKLOG_BATCHES else FAST
         for name, table in tables.items():
-            pq.write_table(
-                table, str(tmp / f"{name}.parquet"), compression=compression, use_dictionary=False
-            )
+            if compression == FAST:
+                with pa.OSFile(str(tmp / f"{name}.arrow"), "wb") as sink:
+                    with pa.ipc.new_file(sink, table.schema) as writer:
+                        writer.write_table(table)
+            else:
+                pq.write_table(
+                    table, str(tmp / f"{name}.parquet"), compression=compression,
+                    use_dictionary=False,
+                )  # fmt: skip
         manifest = {
             "seq": seq,
             "uid": secrets.randbits(63) or 1,
@@ -156,29 +176,25 @@ class DiskBuffer:
         size = _du(self._path(seq))
         with self._lock:
             self._sizes[seq], self._rows[seq] = size, sum(manifest["rows"].values())
-            self._recent[seq] = (tables, manifest)
-            while len(self._recent) > _KEEP_IN_MEMORY:
+            if self.keep_in_memory:
+                self._recent[seq] = (tables, manifest)
+            while len(self._recent) > self.keep_in_memory:
                 del self._recent[min(self._recent)]
         return size
 
     def load(self, seq: int) -> SealedBatch:
         """Read batch ``seq`` back. Raises OSError / ValueError if it is damaged."""
-        path = self._path(seq)
         with self._lock:
             recent = self._recent.get(seq)
-        if recent is not None:  # just sealed: no need to read it back
-            tables, manifest = recent
-        else:
-            manifest = self._manifest(seq)
-            tables = {}
-            for name in manifest["rows"]:
-                if (path / f"{name}.parquet").exists():
-                    tables[name] = pq.ParquetFile(path / f"{name}.parquet").read()
-                    continue
-                with pa.memory_map(str(path / f"{name}.arrow")) as source:
-                    tables[name] = pa.ipc.open_file(source).read_all()
-        attempted = (path / ATTEMPTED).exists()
+        if recent is None:
+            return read_batch(self.folder, seq)
+        tables, manifest = recent  # just sealed: no need to read it back
+        attempted = self.attempted(seq)
         return SealedBatch(seq, manifest["uid"], tables, manifest["offsets"], attempted)
+
+    def attempted(self, seq: int) -> bool:
+        """Whether an insert of batch ``seq`` was tried before (:meth:`mark_attempted`)."""
+        return (self._path(seq) / ATTEMPTED).exists()
 
     def mark_attempted(self, seq: int) -> None:
         """Note that an insert of batch ``seq`` is being tried (it may land); durable before
@@ -224,6 +240,24 @@ class DiskBuffer:
             self.remove(victim)
             if self.policy == "drop_newest":
                 return dropped
+
+
+def read_batch(folder: str | os.PathLike, seq: int) -> SealedBatch:
+    """Batch ``seq`` of the buffer's ``batches`` folder ``folder``, read from disk (Arrow
+    IPC files are memory-mapped, not copied); usable from another process than the one
+    that sealed it (a shipper process, ``agent/shipper.py``). Raises OSError / ValueError
+    (pyarrow's errors included) if it is missing or damaged."""
+    path = Path(folder) / f"{seq:012d}"
+    manifest = json.loads((path / MANIFEST).read_text())
+    tables = {}
+    for name in manifest["rows"]:
+        if (path / f"{name}.parquet").exists():
+            tables[name] = pq.ParquetFile(path / f"{name}.parquet").read()
+            continue
+        with pa.memory_map(str(path / f"{name}.arrow")) as source:
+            tables[name] = pa.ipc.open_file(source).read_all()
+    attempted = (path / ATTEMPTED).exists()
+    return SealedBatch(seq, manifest["uid"], tables, manifest["offsets"], attempted)
 
 
 def _du(path: Path) -> int:

@@ -38,6 +38,14 @@ class AgentConfig:
     shippers: int = 2
     """Threads sending batches at once, each with its own store connection: one batch's
     client-side encoding overlaps another's insert in the server (oldest batches first)."""
+    ship_processes: bool = True
+    """In :meth:`Agent.run`, each shipper thread hands its batches to a child process of
+    its own (``agent/shipper.py``) when the store can be opened from another process (a
+    ClickHouse server), so that sending runs beside reading and sealing instead of
+    sharing one interpreter lock with them. False, or a chdb folder: threads send."""
+    shipper_idle_s: float = 30.0
+    """A shipper process with no batch for this long exits (about 110 MB each); the next
+    batch starts it again, seconds."""
     retry_max_s: float = 10.0
     """Longest wait between retries of a failed insert (backoff doubles from interval_s)."""
     settle_s: float = 60.0
@@ -66,6 +74,8 @@ class AgentConfig:
             raise ValueError(
                 f"drop_policy {self.drop_policy!r} is not one of {', '.join(DROP_POLICIES)}"
             )
-        for name in ("retry_max_s", "settle_s", "stats_interval_s", "drain_timeout_s"):
+        for name in (
+            "retry_max_s", "settle_s", "stats_interval_s", "drain_timeout_s", "shipper_idle_s"
+        ):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
