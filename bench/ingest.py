@@ -7,12 +7,15 @@
 2. Ceiling: the ClickHouse server inserts the same number of rows of the same tables,
    generated inside it (``INSERT INTO t SELECT ... FROM numbers(n)``), no client involved.
    chdb's own ceiling is measured the same way (``INSERT INTO FUNCTION file(..., Parquet)``).
-3. The agent: a child process runs ``Agent(spool, store).run`` (reader and shipper
-   threads, as in production: parse, validate, disk buffer with fsync, idempotent
-   insert) until the whole spool is stored, into the server and into a chdb folder (the
-   binary spool), and into the server again from the JSON spool; records/s, CPU%
-   (user+sys over wall, all threads) and peak RSS of that process. The spool is kept
-   (``keep_spool``) so that each run reads the same files.
+3. The agent: a child process runs ``Agent(spool, store).run`` (a reader thread and,
+   into the server, shipper processes, into chdb shipper threads, as in production:
+   parse, validate, disk buffer with fsync, idempotent insert) on an empty spool folder;
+   once its shipper processes are ready (a running agent's state) the spool's run folder
+   is moved in and the clock starts, until the whole spool is stored, into the server and
+   into a chdb folder (the binary spool), and into the server again from the JSON spool;
+   records/s, CPU% (user+sys over wall, the agent and its shipper processes) and peak
+   RSS (their sum, sampled every 0.1 s). The spool is kept (``keep_spool``) and moved
+   back, so that each run reads the same files.
 
 Prints records/s and the ratio agent / server ceiling (the target is >= 0.5, and >= 1 M
 records/s where the ceiling allows). Run (needs ``clickhouse-server``)::
@@ -38,26 +41,44 @@ MIX = {"collectives": 0.80, "phases": 0.15, "steps": 0.05}
 T0 = 1_764_000_000_000_000_000
 
 AGENT = """
-import json, resource, sys, threading, time
+import json, os, resource, sys, threading, time
+import psutil
 from ranksight.agent import Agent, AgentConfig
 from ranksight.store import open_store
+spool, staged = sys.argv[1], sys.argv[5]
 store = open_store(sys.argv[2]); store.init_schema()
 total = int(sys.argv[4])
 cfg = AgentConfig(batch_rows=int(sys.argv[3]), stats_interval_s=0, buffer_bytes=8 << 30,
-                  interval_s=0.2, keep_spool=True)
-agent = Agent(sys.argv[1], store, config=cfg)
+                  interval_s=0.05, keep_spool=True)  # spool found within 0.05 s
+agent = Agent(spool, store, config=cfg)
 stop = threading.Event()
-r0, w0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
 runner = threading.Thread(target=agent.run, args=(stop,))
-runner.start()  # the agent as it runs in production: reader and shipper threads
+runner.start()  # the agent as it runs in production: reader thread, shipper processes/threads
+while not all(p.ready for p in agent.shipper_processes):
+    time.sleep(0.01)  # started and ready, as in a running agent (none to a chdb folder)
+me = psutil.Process()
+def cpu():
+    kids = {k.pid: k.cpu_times() for k in me.children()}
+    return {me.pid: me.cpu_times(), **kids}
+def rss():
+    return sum(p.memory_info().rss for p in [me, *me.children()])
+c0, w0 = cpu(), time.perf_counter()
+os.rename(staged, os.path.join(spool, "bench"))  # the spool's records appear now
+peak, sampled = rss(), w0
 while agent.stats.shipped < total and runner.is_alive():
     time.sleep(0.02)
-r1, w1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    if time.perf_counter() - sampled > 0.1:
+        peak, sampled = max(peak, rss()), time.perf_counter()
+c1, w1 = cpu(), time.perf_counter()
+peak = max(peak, rss())
 stop.set()
 runner.join()
-cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+os.rename(os.path.join(spool, "bench"), staged)
+used = {pid: sum(t[:2]) - sum(c0[pid][:2]) if pid in c0 else sum(t[:2]) for pid, t in c1.items()}
 print(json.dumps({"rows": agent.stats.shipped, "seconds": w1 - w0,
-                  "cpu_pct": 100 * cpu / (w1 - w0), "rss_mb": r1.ru_maxrss / 1024,
+                  "cpu_pct": 100 * sum(used.values()) / (w1 - w0),
+                  "cpu_pct_shippers": 100 * (sum(used.values()) - used[me.pid]) / (w1 - w0),
+                  "rss_mb": peak / 1e6, "processes": len(c1),
                   "rejected": agent.stats.rejected}))
 """
 
@@ -164,21 +185,23 @@ def chdb_ceiling(folder: Path, total: int) -> float:
 
 
 def run_agent(spool: Path, url: str, batch_rows: int, total: int) -> dict:
-    """Run an agent on ``spool`` into ``url`` in a child process until it has shipped
+    """Run an agent into ``url`` in a child process, on a fresh spool folder into which
+    ``spool``'s run folder is moved once the agent is ready, until it has shipped
     ``total`` rows; its measurements."""
-    for state in spool.glob(".agent-*"):
-        subprocess.run(["rm", "-rf", str(state)], check=True)
+    folder = Path(tempfile.mkdtemp(prefix="spool-", dir=spool.parent))
     out = subprocess.run(
-        [sys.executable, "-c", AGENT, str(spool), url, str(batch_rows), str(total)],
+        [sys.executable, "-c", AGENT, str(folder), url, str(batch_rows), str(total),
+         str(spool / "bench")],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
+    subprocess.run(["rm", "-rf", str(folder)], check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def cpu_breakdown(work: Path, url: str, frame_records: int, records: int = 200_000) -> dict:
     """CPU µs per record of each stage, one thread after the other, on a fresh binary spool
     of ``records``: reading, decoding and validating the frames; sealing into the disk
-    buffer (lz4 Arrow, fsync); shipping into ``url``."""
+    buffer (uncompressed Arrow IPC, fsync); shipping into ``url`` (in this process)."""
     from ranksight.agent import Agent, AgentConfig
 
     spool = work / "breakdown"
@@ -253,14 +276,17 @@ def main() -> None:
     print(f"server ceiling (INSERT ... SELECT inside 18.16): {ceiling:,.0f} rows/s before the "
           f"agent runs, {ceiling_after:,.0f} after")  # fmt: skip
     print(f"chdb ceiling (INSERT INTO FUNCTION file Parquet): {chdb_own:,.0f} rows/s")
-    print("| destination | spool | agent records/s | / server ceiling | CPU% | peak RSS MB |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| destination | spool | agent records/s | / server ceiling | CPU% (of it shippers) "
+        "| processes | peak RSS MB |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for name, fmt, r in runs:
         assert r["rows"] == total and r["rejected"] == 0, r
         rate = r["rows"] / r["seconds"]
         print(
-            f"| {name} | {fmt} | {rate:,.0f} | {rate / ceiling:.2f} | {r['cpu_pct']:.0f} | "
-            f"{r['rss_mb']:.0f} |"
+            f"| {name} | {fmt} | {rate:,.0f} | {rate / ceiling:.2f} | {r['cpu_pct']:.0f} "
+            f"({r['cpu_pct_shippers']:.0f}) | {r['processes']} | {r['rss_mb']:.0f} |"
         )
     print("CPU per record, one thread (binary spool into the server): " + ", ".join(
         f"{k} {v:.2f} µs" for k, v in breakdown.items()))  # fmt: skip
