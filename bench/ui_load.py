@@ -25,6 +25,11 @@ under ``ROOT/ranksight/``, as the editable install maps them), the UI server's w
 folder and first on its ``PYTHONPATH``. Each repeat then starts one server of each, alternating which
 goes first, on the same store, and prints both medians and their ratio.
 
+Each repeat also measures a returning user: a fresh UI server, and per page a browser
+profile that has drawn a small run's overview before (the app shell and Plotly in its
+HTTP cache, as for anyone who has used the UI), then the page of the big run in a new
+tab; the server shows that run for the first time.
+
 ``--floor N`` first measures, N times each, what no page can beat: a fresh browser's
 first render of a trivial Streamlit app with one 3-point chart drawn by Streamlit's
 Plotly, by its ECharts (``st.echarts_chart``, a lighter bundle), and with no chart.
@@ -188,7 +193,10 @@ def render_time(browser, url: str, key: str | None = None) -> tuple[float, dict]
     """Seconds from navigation until the script run is over and (``key``) the page's
     chart is drawn, and the milestones (ms) on the way: app shell up, first element from
     the script, Plotly loaded (first chart element), done."""
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    if hasattr(browser, "new_context"):  # a browser: a new page in a new profile
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    else:  # a browser context (profile): a new tab in it
+        page = browser.new_page()
     page.add_init_script(MILESTONES)
     t = time.perf_counter()
     page.goto(url)
@@ -243,6 +251,7 @@ def bench_size(
         shutil.rmtree(folder, ignore_errors=True)
         run_id, gen_s, rows = write_run(folder, ranks, steps)
         print(f"{ranks} ranks x {steps} steps: wrote {rows:,} rows in {gen_s:.0f} s", flush=True)
+    ensure_warm_run(folder)
     built = build_summary(folder, run_id)
     queries = query_times(folder, run_id)
     print(
@@ -252,12 +261,16 @@ def bench_size(
     )
     codes = {"new": None} if before is None else {"old": before, "new": None}
     times = {(code, name): [] for code in codes for name in pages}
+    returning: dict[str, list[float]] = {}
     for i in range(repeat):
         order = list(codes) if i % 2 == 0 else list(reversed(codes))
         for code in order:
             print(f"  round {i + 1}, {code} UI:", flush=True)
             for name, got in visit_pages(folder, run_id, pages, codes[code]).items():
                 times[(code, name)].append(got)
+        print(f"  round {i + 1}, new UI, returning user:", flush=True)
+        for name, got in visit_returning(folder, run_id, pages).items():
+            returning.setdefault(name, []).append(got)
     out = []
     for (code, name), got in times.items():
         cold, warm = sorted(c for c, _ in got), sorted(w for _, w in got)
@@ -271,6 +284,7 @@ def bench_size(
                 "queries_s": queries[name if code == "new" else name + " raw"],
                 "cold_s": statistics.median(cold),
                 "warm_s": statistics.median(warm),
+                "returning_s": statistics.median(returning[name]) if code == "new" else None,
                 "cold_range": (cold[0], cold[-1]),
                 "n": len(cold),
                 "target_s": TARGET_S.get((ranks, steps)),
@@ -303,6 +317,49 @@ def visit_pages(
                     flush=True,
                 )
                 out[name] = (cold, warm)
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return out
+
+
+WARM_RUN = "bench-warm"
+"""A small run in every bench store: a returning user's browser has drawn its overview."""
+
+
+def ensure_warm_run(folder: str) -> None:
+    """Write :data:`WARM_RUN` (8 ranks x 10 steps) into the store at ``folder`` if absent."""
+    from ranksight.store import open_store
+    from ranksight.synthetic import SynthConfig, write_synthetic
+
+    store = open_store(folder)
+    n = store.query("SELECT count() AS n FROM runs WHERE run_id = %(r)s", {"r": WARM_RUN})
+    if int(n["n"].iloc[0]) == 0:
+        write_synthetic(store, SynthConfig(ranks=8, steps=10, run_id=WARM_RUN))
+
+
+def visit_returning(
+    folder: str, run_id: str, pages: tuple[str, ...], root: str | None = None
+) -> dict[str, float]:
+    """A fresh ``ranksight ui`` on ``folder``; for each page, one browser profile that has
+    drawn the small run's overview (app shell and Plotly in its HTTP cache, as for anyone
+    who has used the UI before), then the page in a new tab: its first render (s). The
+    server has not shown the big run before, so its data is read as on a first visit."""
+    proc, base = start_ui(folder, root)
+    out = {}
+    try:
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+            for name in pages:
+                ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+                render_time(ctx, f"{base}/?page=overview&run={WARM_RUN}", "overview_chart")
+                page, extra, key = PAGES[name]
+                out[name], _ = render_time(ctx, f"{base}/?page={page}&run={run_id}{extra}", key)
+                print(f"  {name}: returning user's first render {out[name]:.2f} s", flush=True)
+                ctx.close()
             browser.close()
     finally:
         proc.terminate()
@@ -438,14 +495,15 @@ def main() -> None:
 def print_table(rows: list[dict]) -> None:
     """The results as a markdown table, and with ``--before`` the new/old ratios."""
     print(
-        "\n| run | UI | page | rows stored | summary made | store queries | first render (median, range) | again (median) | target |"
+        "\n| run | UI | page | rows stored | summary made | store queries | first render (median, range) | again (median) | returning user's first render | target |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for x in rows:
         target = f"{x['target_s']:.0f} s" if x["target_s"] else "-"
         lo, hi = x["cold_range"]
+        back = f"{x['returning_s']:.2f} s" if x["returning_s"] is not None else "-"
         print(
-            f"| {x['size']} | {x['code']} | {x['page']} | {x['rows']:,} | {x['summary_s']:.2f} s | {x['queries_s']:.2f} s | {x['cold_s']:.2f} s ({lo:.2f}-{hi:.2f}, n={x['n']}) | {x['warm_s']:.2f} s | {target} |"
+            f"| {x['size']} | {x['code']} | {x['page']} | {x['rows']:,} | {x['summary_s']:.2f} s | {x['queries_s']:.2f} s | {x['cold_s']:.2f} s ({lo:.2f}-{hi:.2f}, n={x['n']}) | {x['warm_s']:.2f} s | {back} | {target} |"
         )
     old = {(x["size"], x["page"]): x for x in rows if x["code"] == "old"}
     if not old:
