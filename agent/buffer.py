@@ -2,7 +2,8 @@
 
 Layout under ``<state>/batches/``: one folder per batch, ``<seq:012d>/``, holding one
 file per table (``<table>.arrow``: an uncompressed Arrow IPC file, sealed while the
-shippers keep up; ``<table>.parquet``: zstd Parquet, once a backlog builds) and
+shippers keep up; ``<table>.parquet``: zstd Parquet, once a backlog builds or for a batch
+over an eighth of the bound) and
 ``manifest.json``: the
 batch's sequence number, its random 63-bit ``uid`` (the root of its delivery ids, see
 ``agent/deliver.py``), row counts, and the spool offsets reached when it was sealed. A
@@ -42,6 +43,8 @@ shipper about 0.25-0.35 µs a record. Parquet with lz4 (the earlier fast format)
 42 bytes (``bench/ingest.py``'s notes in ``bench/RESULTS.md``)."""
 BACKLOG_BATCHES = 2
 """Buffered batches past which new batches are sealed :data:`DENSE`."""
+_FAST_SHARE = 8
+"""A batch over 1/8 of the buffer's bound is sealed :data:`DENSE` even without a backlog."""
 _KEEP_IN_MEMORY = 2  # newest sealed batches the shipper takes without reading them back
 
 
@@ -146,8 +149,12 @@ class DiskBuffer:
         """Write a batch as number ``seq``; returns its size in bytes. Raises OSError."""
         tmp = self.folder / f".{seq:012d}.tmp"
         tmp.mkdir()
+        raw = sum(t.nbytes for t in tables.values())
         with self._lock:
-            compression = DENSE if len(self._sizes) > BACKLOG_BATCHES else FAST
+            backlog = len(self._sizes) > BACKLOG_BATCHES
+        # FAST only while the shippers keep up and the batch is small beside the bound
+        # (a bound of a few batches holds them compressed)
+        compression = DENSE if backlog or raw * _FAST_SHARE > self.max_bytes else FAST
         for name, table in tables.items():
             if compression == FAST:
                 with pa.OSFile(str(tmp / f"{name}.arrow"), "wb") as sink:
