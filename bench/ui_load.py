@@ -5,12 +5,15 @@ For each size (default 1,024 ranks x 1,000 steps and 16,384 ranks x 100 steps, t
 targets being 2 s and 5 s) it writes a synthetic run (``ranksight.synthetic``, the real
 schema: about 33 rows per rank and step) into a fresh chdb store, starts
 ``ranksight ui`` on it and opens each page in a new browser tab, timing from navigation
-until the script run is over, the loading placeholder is gone and the page's own Plotly
-chart has its traces drawn. The first visit of a page is cold (nothing cached in the UI
-server); the second, in a new tab, is warm. Each size is measured on ``--repeat`` fresh
+until the script run is over, the loading placeholder is gone and the page's own chart
+is drawn: an ECharts chart (the overview and heatmap) has its option set and its canvas
+sized (animation is off, so that is its final state), a Plotly chart (an older UI's,
+via ``--before``) has its traces drawn. The first visit of a page is cold (nothing
+cached in the UI server); the second, in a new tab, is warm. Each size is measured on ``--repeat`` fresh
 UI servers and the medians shown (the machine's other load moves single runs by a
 second). Per cold visit it prints the milestones: app shell up, first element from the
-script, Plotly loaded, done. It also times the page's store queries alone, in this
+script, chart library loaded (``plotly_ready`` or ``echarts_ready``: its first chart
+element, the loading placeholder included), done. It also times the page's store queries alone, in this
 process, for the breakdown.
 
 Pages: the heatmap (compute time, the default metric), the heatmap of the time each rank
@@ -26,8 +29,8 @@ folder and first on its ``PYTHONPATH``. Each repeat then starts one server of ea
 goes first, on the same store, and prints both medians and their ratio.
 
 Each repeat also measures a returning user: a fresh UI server, and per page a browser
-profile that has drawn a small run's overview before (the app shell and Plotly in its
-HTTP cache, as for anyone who has used the UI), then the page of the big run in a new
+profile that has drawn a small run's overview before (the app shell and its chart
+library in its HTTP cache, as for anyone who has used the UI), then the page of the big run in a new
 tab; the server shows that run for the first time.
 
 ``--floor N`` first measures, N times each, what no page can beat: a fresh browser's
@@ -175,24 +178,31 @@ new MutationObserver(() => {
   if (document.querySelector('[data-testid=stApp]')) mark('shell');
   if (document.querySelector('[data-testid=stSidebar] [data-testid=stHeading], h1, h2')) mark('first_element');
   if (document.querySelector('.js-plotly-plot')) mark('plotly_ready');
+  if (document.querySelector('[data-testid=stEChartsChart] canvas')) mark('echarts_ready');
 }).observe(document, {subtree: true, childList: true});
 """
 
 # Done: the script run is over, the loading placeholder is gone and the page's own chart
-# has its traces drawn (a heatmap image, or scatter lines).
+# is drawn: an ECharts chart with its option set (aria-busy off; animation off, so drawn
+# in full) on a sized canvas, or a Plotly chart (an older UI) with its traces drawn (a
+# heatmap image, or scatter lines).
 DRAWN = """(key) => {
   if (document.querySelector('[data-testid=stStatusWidget]')) return false;
   if (document.querySelector('[class*="st-key-chart_preload"]')) return false;
   if (!key) return true;
-  const gd = document.querySelector('[class*="st-key-' + key + '"] .js-plotly-plot');
-  return !!(gd && gd.querySelector('.heatmaplayer image, .scatterlayer .trace'));
+  const box = document.querySelector('[class*="st-key-' + key + '"]');
+  if (!box) return false;
+  const gd = box.querySelector('.js-plotly-plot');
+  if (gd) return !!gd.querySelector('.heatmaplayer image, .scatterlayer .trace');
+  const ec = box.querySelector('[data-testid=stEChartsChart][aria-busy=false] canvas');
+  return !!(ec && ec.width > 0 && ec.height > 0);
 }"""
 
 
 def render_time(browser, url: str, key: str | None = None) -> tuple[float, dict]:
     """Seconds from navigation until the script run is over and (``key``) the page's
     chart is drawn, and the milestones (ms) on the way: app shell up, first element from
-    the script, Plotly loaded (first chart element), done."""
+    the script, chart library loaded (first chart element), done."""
     if hasattr(browser, "new_context"):  # a browser: a new page in a new profile
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
     else:  # a browser context (profile): a new tab in it
@@ -343,7 +353,7 @@ def visit_returning(
     folder: str, run_id: str, pages: tuple[str, ...], root: str | None = None
 ) -> dict[str, float]:
     """A fresh ``ranksight ui`` on ``folder``; for each page, one browser profile that has
-    drawn the small run's overview (app shell and Plotly in its HTTP cache, as for anyone
+    drawn the small run's overview (app shell and chart library in its HTTP cache, as for anyone
     who has used the UI before), then the page in a new tab: its first render (s). The
     server has not shown the big run before, so its data is read as on a first visit."""
     proc, base = start_ui(folder, root)

@@ -20,9 +20,11 @@ from ranksight.ui.data.hosts import NIC_COUNTERS
 from ranksight.ui.views.overview import duration_text
 from tests.ui_stores import (
     chart_spec,
+    charts,
     compute_ms,
     decode,
     demo_run,
+    echarts_spec,
     step_wall_ms,
     straggler,
     synthetic_run,
@@ -83,8 +85,10 @@ def test_overview_shows_step_time_and_the_finding_with_its_evidence(monkeypatch,
         wall = step_wall_ms(s, stored.run_id)
     i, finding = straggler(stored.store, stored.run_id)
     assert metrics["median step"] == duration_text(wall.iloc[1:].median())
-    spec = chart_spec(at, "overview_chart")
-    assert list(decode(spec["data"][0]["y"]).astype(float).round(3)) == list(wall.round(3))
+    spec = echarts_spec(at, "overview_chart")
+    assert spec["series"][0]["encode"]["y"] == "step time (ms)"
+    drawn = spec["dataset"][0]["source"]["step time (ms)"]
+    assert list(drawn.astype(float).round(3)) == list(wall.round(3))
     headline = f"{i + 1}. straggler: rank {stored.culprit}, compute"
     assert headline in texts(at) and f"impact {finding['impact_pct']:.1f}%" in texts(at)
     at.button(key=f"ev{i}").click().run()
@@ -130,10 +134,13 @@ def test_overview_shows_the_achieved_model_flops_of_the_demo_and_says_why_no_mfu
     assert f"{per_token / 1e6:,.2f} MFLOP per token" in note and "PaLM" in note
     assert f"Achieved {tflops:.4g} TFLOP/s" in note and "MFU: not shown" in note
     assert "cpu" in note  # why: the peak FLOP/s of a CPU rank is not recorded
-    trace = next(
-        t for t in chart_spec(at, "overview_chart")["data"] if t["name"] == "model TFLOP/s"
-    )
-    assert trace["yaxis"] == "y3"  # second axis of the throughput panel
+    spec = echarts_spec(at, "overview_chart")
+    series = next(t for t in spec["series"] if t["name"] == "model TFLOP/s")
+    assert (series["xAxisIndex"], series["yAxisIndex"]) == (1, 2)  # the throughput panel's
+    axis = spec["yAxis"][series["yAxisIndex"]]  # second axis
+    assert axis["gridIndex"] == 1 and axis["position"] == "right"
+    drawn = spec["dataset"][0]["source"]["model TFLOP/s"].iloc[1:].median()
+    assert f"{drawn:.4g}" == f"{tflops:.4g}"
 
 
 def test_overview_shows_mfu_when_the_run_recorded_its_peak_flops(monkeypatch, tmp_path):
@@ -154,27 +161,40 @@ def test_overview_shows_mfu_when_the_run_recorded_its_peak_flops(monkeypatch, tm
     want = (series["tokens_per_s"] * 6e9 / (8 * 1e15)).iloc[1:].median()
     at = page(monkeypatch, url, page="overview", run="gpu")
     assert {m.label: m.value for m in at.metric}["MFU"] == f"{100 * want:.1f}%"
-    names = [t["name"] for t in chart_spec(at, "overview_chart")["data"]]
+    spec = echarts_spec(at, "overview_chart")
+    names = [t["name"] for t in spec["series"]]
     assert "MFU %" in names and "model TFLOP/s" not in names
+    mfu = spec["dataset"][0]["source"]["MFU %"].iloc[1:].median()
+    assert f"{mfu:.1f}%" == f"{100 * want:.1f}%"
     assert any("MFU against 1,000.0 TFLOP/s per rank" in c.value for c in at.caption)
 
 
 def test_heatmap_draws_every_rank_and_step_with_the_stored_numbers(monkeypatch, stored):
     at = page(monkeypatch, stored.store, page="heatmap", run=stored.run_id, order="rank")
-    trace = chart_spec(at, "heatmap_chart")["data"][0]
-    z = decode(trace["z"]).astype(float)
-    assert z.shape == (stored.world, stored.steps)
+    spec = echarts_spec(at, "heatmap_chart")
+    assert spec["series"][0]["type"] == "heatmap" and spec["series"][0]["datasetIndex"] == 0
+    cells = spec["dataset"][0]["source"]
+    z = cells.pivot(index="row", columns="col", values="max ms").to_numpy(float)
+    assert (
+        z.shape
+        == (stored.world, stored.steps)
+        == (len(spec["yAxis"][0]["data"]), len(spec["xAxis"][0]["data"]))
+    )
     with open_store(stored.store) as s:
         want = compute_ms(s, stored.run_id).reindex(
             index=range(stored.world), columns=range(stored.steps)
         )
         culprits = set(load_findings(s, stored.run_id, 0)["culprit_rank"]) - {-1}
-    pd.testing.assert_frame_equal(
-        pd.DataFrame(z), pd.DataFrame(want.to_numpy()), rtol=1e-6, check_dtype=False
+    pd.testing.assert_frame_equal(  # sent rounded to 0.01 ms
+        pd.DataFrame(z), pd.DataFrame(want.to_numpy()), rtol=0, atol=0.005 + 1e-9, check_dtype=False
     )
-    ticks = chart_spec(at, "heatmap_chart")["layout"]["yaxis"]["ticktext"]
+    ticks = spec["yAxis"][1]["data"]  # the rank strip's labels
     marked = {
-        i for i, t in enumerate(ticks) if t.startswith('<span style="color:#d62728">culprit r')
+        i
+        for i, t in enumerate(ticks)
+        if isinstance(t, dict)
+        and t["value"].startswith("culprit r")
+        and t["textStyle"]["color"] == "#d62728"
     }
     assert stored.culprit in marked and marked == culprits  # rows are ranks in rank order
 
@@ -435,7 +455,7 @@ def test_empty_store_unknown_run_and_run_without_data_get_a_message(monkeypatch,
 
 
 def chart_keys(at: AppTest) -> list[str]:
-    return [str(getattr(el, "key", None) or el.proto.id) for el in at.get("plotly_chart")]
+    return [str(getattr(el, "key", None) or el.proto.id) for el in charts(at)]
 
 
 ALL_PAGES = ("runs", "overview", "heatmap", "timeline", "mesh", "hang", "hosts")

@@ -1,7 +1,9 @@
 """The web UI in a real headless Chromium (Debian's package, driven by Playwright):
-`ranksight ui` serves the demo run; every page is opened and drawn, the heatmap and
-timeline hold every rank, a click on the heatmap selects a rank and step, the overview
-leads to a finding's evidence and on to its timeline. Screenshots of each page go to
+`ranksight ui` serves the demo run; every page is opened and drawn (overview and heatmap
+by ECharts on a canvas, the others by Plotly), the heatmap and timeline hold every rank
+(the heatmap's rows read back by hovering each one: ECharts' tooltip names its rank and
+value), clicks on the heatmap select a rank and step, the overview leads to a finding's
+evidence and on to its timeline. Screenshots of each page go to
 ``$RANKSIGHT_TEST_ARTIFACTS`` (default ``tests/artifacts/ui``)."""
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import urllib.request
 
 import pytest
 
-from tests.ui_stores import demo_run, straggler
+from ranksight.store import open_store
+from ranksight.ui.figures import heatmap as hm
+from tests.ui_stores import compute_ms, demo_run, straggler
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
@@ -103,6 +107,69 @@ def plot(page, n: int = 0):
     return page.locator(".js-plotly-plot").nth(n)
 
 
+ECHARTS_DRAWN = """(sel) => {
+  const el = document.querySelector(sel + ' [data-testid=stEChartsChart][aria-busy=false]');
+  const c = el && el.querySelector('canvas');
+  return !!(c && c.width > 0 && c.height > 0);
+}"""
+
+
+def echart(page, key: str):
+    """The ECharts chart of widget key ``key`` (CSS class ``st-key-<key>...``), once its
+    option is set and its canvas drawn (animation is off: that is its final state)."""
+    sel = f'[class*="st-key-{key}"]'
+    page.wait_for_function(ECHARTS_DRAWN, arg=sel, timeout=60_000)
+    return page.locator(f"{sel} [data-testid=stEChartsChart]").first
+
+
+TOOLTIP = """(el) => {
+  for (const d of el.querySelectorAll('div')) {
+    const s = getComputedStyle(d);
+    if (s.zIndex === '9999999' && s.display !== 'none' && s.opacity === '1') return d.innerText;
+  }
+  return '';
+}"""
+
+
+def tooltip(page, chart, x: float, y: float, expect: str) -> str:
+    """Hover (x, y) in ``chart`` (px from its top left) and return ECharts' tooltip text
+    once it holds ``expect`` (fails naming what it held after 10 s)."""
+    box = chart.bounding_box()
+    page.mouse.move(box["x"] + x, box["y"] + y)
+    text, deadline = "", time.monotonic() + 10
+    while time.monotonic() < deadline:
+        text = chart.evaluate(TOOLTIP)
+        if expect in text:
+            return text
+        page.wait_for_timeout(50)
+    raise AssertionError(f"tooltip at ({x:.0f}, {y:.0f}) is {text!r}, wanted {expect!r} in it")
+
+
+def cell_center(chart, rows: int, cols: int, row: int, col: int) -> tuple[float, float]:
+    """Where cell (row, col) of the heatmap is drawn (px from the chart's top left), by
+    the figure's layout constants (the cells' grid, row 0 at the top)."""
+    box = chart.bounding_box()
+    x0, x1 = hm.LABELS + hm.STRIP_W + hm.GAP, box["width"] - hm.RIGHT
+    y0, y1 = hm.TOP, box["height"] - (hm.BOTTOM + hm.STRIP_H + hm.GAP)
+    return x0 + (col + 0.5) * (x1 - x0) / cols, y0 + (row + 0.5) * (y1 - y0) / rows
+
+
+def pixels(chart, x: float, y: float) -> list[list[int]]:
+    """The RGBA at (x, y) px (CSS px from the chart's top left) of each of the chart's
+    canvases (ECharts draws some parts on layers of their own)."""
+    return chart.evaluate(
+        """(el, [x, y]) => {
+          const e = el.getBoundingClientRect();
+          return Array.from(el.querySelectorAll('canvas'), (c) => {
+            const r = c.getBoundingClientRect(), k = c.width / r.width;
+            const px = Math.round((x - (r.left - e.left)) * k), py = Math.round((y - (r.top - e.top)) * k);
+            return Array.from(c.getContext('2d').getImageData(px, py, 1, 1).data);
+          });
+        }""",
+        [x, y],
+    )
+
+
 def shot(page, name: str) -> None:
     os.makedirs(ARTIFACTS, exist_ok=True)
     page.screenshot(path=os.path.join(ARTIFACTS, f"{name}.png"), full_page=True)
@@ -113,7 +180,11 @@ def test_every_page_draws_in_chromium(server, browser):
     for name in ("runs", "overview", "heatmap", "timeline", "mesh", "hang", "hosts"):
         page = open_page(browser, base, f"page={name}&run={run.run_id}")
         assert not page.locator("[data-testid=stException]").count(), name
-        if name in ("overview", "heatmap", "timeline", "mesh"):
+        assert not page.locator("[data-testid=stEChartsChartError]").count(), name
+        if name in ("overview", "heatmap"):
+            echart(page, f"{name}_chart")
+            assert not page.locator(".js-plotly-plot").count(), name  # no Plotly to load
+        if name in ("timeline", "mesh"):
             plot(page)
         shot(page, name)
         page.close()
@@ -121,12 +192,19 @@ def test_every_page_draws_in_chromium(server, browser):
 
 def test_heatmap_and_timeline_hold_every_rank(server, browser):
     base, run = server
-    page = open_page(browser, base, f"page=heatmap&run={run.run_id}")
-    rows = plot(page).evaluate("g => g._fullData[0].z.length")
-    cols = plot(page).evaluate("g => g._fullData[0].z[0].length")
-    labels = plot(page).evaluate("g => Array.from(g._fullData[1].y)")
-    assert (rows, cols) == (run.world, run.steps) and len(labels) == run.world
-    assert page.locator(".js-plotly-plot .hm image").count() == 1  # the cells are drawn
+    page = open_page(browser, base, f"page=heatmap&run={run.run_id}&order=rank")
+    chart = echart(page, "heatmap_chart")
+    with open_store(run.store) as s:
+        want = compute_ms(s, run.run_id)
+    col = run.steps - 1
+    for rank in range(run.world):  # rows are ranks in rank order, one row each
+        x, y = cell_center(chart, run.world, run.steps, rank, col)
+        text = tooltip(page, chart, x, y, f"r{rank} dp")
+        lines = text.splitlines()
+        assert lines[0].split(" ")[-4] == f"r{rank}" and lines[1] == f"step {col}", text
+        assert float(lines[2].split(" ")[0]) == pytest.approx(want.loc[rank, col], abs=0.006)
+        drawn = [p for p in pixels(chart, x, y) if p[3] == 255 and p[:3] != [255, 255, 255]]
+        assert drawn, (rank, pixels(chart, x, y))  # a colored cell
     page.close()
     page = open_page(browser, base, f"page=timeline&run={run.run_id}&step=6")
     ranks = plot(page).evaluate("g => g.layout.yaxis.categoryarray.length")
@@ -135,38 +213,38 @@ def test_heatmap_and_timeline_hold_every_rank(server, browser):
     page.close()
 
 
-def click_bar(page, trace: int, point: int) -> None:
-    """A real mouse click on bar ``point`` of bar trace ``trace`` (Plotly's drag layer
-    takes the events, as it does for a user)."""
-    plot(page)
-    box = (
-        page.locator(".js-plotly-plot .barlayer .trace")
-        .nth(trace)
-        .locator(".point")
-        .nth(point)
-        .bounding_box()
-    )
-    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] - 2)
+def click_at(page, chart, x: float, y: float) -> None:
+    """A real mouse click at (x, y) px from the chart's top left (ECharts draws on a
+    canvas: the click lands on whatever is drawn there, as for a user)."""
+    box = chart.bounding_box()
+    page.mouse.click(box["x"] + x, box["y"] + y)
 
 
-def test_clicks_on_the_heatmap_strips_select_a_rank_and_a_step(server, browser):
+def test_clicks_on_the_heatmap_select_a_rank_and_a_step(server, browser):
     base, run = server
     page = open_page(browser, base, f"page=heatmap&run={run.run_id}&order=rank")
-    click_bar(page, 0, run.culprit)  # rank strip, rows in rank order
+    chart = echart(page, "heatmap_chart")
+    _, y = cell_center(chart, run.world, run.steps, run.culprit, 0)
+    click_at(page, chart, hm.LABELS + hm.STRIP_W - 3, y)  # the rank strip's bar
     page.wait_for_url(f"**rank={run.culprit}**", timeout=30_000)
     settle(page)
-    click_bar(page, 1, run.steps - 2)  # step strip
+    chart = echart(page, f"heatmap_chart_{run.culprit}_None")
+    x, _ = cell_center(chart, run.world, run.steps, 0, run.steps - 2)
+    click_at(page, chart, x, chart.bounding_box()["height"] - hm.BOTTOM - 3)  # step strip
     page.wait_for_url(f"**step={run.steps - 2}**", timeout=30_000)
     settle(page)
     page.get_by_text(f"rank {run.culprit} (host").wait_for(timeout=30_000)
     assert page.get_by_text("a culprit").count() == 1
+    chart = echart(page, f"heatmap_chart_{run.culprit}_{run.steps - 2}")
+    click_at(page, chart, *cell_center(chart, run.world, run.steps, 2, 3))  # a cell
+    page.wait_for_url(lambda url: "rank=2&" in url + "&" and "step=3&" in url + "&", timeout=30_000)
     page.close()
 
 
 def test_overview_leads_to_a_findings_evidence_and_its_timeline(server, browser):
     base, run = server
     page = open_page(browser, base, f"page=overview&run={run.run_id}")
-    plot(page)
+    echart(page, "overview_chart")
     index = straggler(run.store, run.run_id)[0]  # findings are listed by impact
     page.get_by_role("button", name="Evidence").nth(index).click()
     page.wait_for_url("**finding=**", timeout=30_000)

@@ -1,5 +1,6 @@
-"""What the UI's figures send to the browser: numbers as typed arrays sized to the
-screen, hover text as templates over them (no string per cell), markers only where few."""
+"""What the UI's ECharts figures send to the browser: numbers in a dataframe dataset
+(Arrow, not JSON), hover text as templates over its columns (no string per cell),
+markers only where few, and what a click on each series selects."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ import json
 
 import numpy as np
 import pandas as pd
-import plotly.io as pio
 
 from ranksight.ui.data.heatmap import Heatmap
-from ranksight.ui.figures.heatmap import heatmap_figure
+from ranksight.ui.figures.heatmap import (
+    HEATMAP,
+    RANK_STRIP,
+    STEP_STRIP,
+    cells,
+    heatmap_figure,
+)
 from ranksight.ui.figures.overview import MARKERS_UP_TO, overview_figure
-from tests.ui_stores import decode
 
 
 def grid(rows: int, cols: int, rank_bin: int, step_bin: int) -> Heatmap:
@@ -35,24 +40,70 @@ def grid(rows: int, cols: int, rank_bin: int, step_bin: int) -> Heatmap:
     )
 
 
-def test_binned_heatmap_sends_float32_cells_and_mean_and_rank_per_cell():
-    h = grid(256, 400, 4, 3)  # 1,024 ranks x 1,200 steps, binned to the screen
-    fig = json.loads(pio.to_json(heatmap_figure(h), validate=False))
-    cells = fig["data"][0]
-    assert cells["z"]["dtype"] == "f4" and decode(cells["z"]).shape == (256, 400)
-    custom = decode(cells["customdata"])
-    assert custom.dtype == np.float32 and custom.shape == (256, 400, 2)
-    np.testing.assert_allclose(custom[..., 0], h.vmean_ms.astype(np.float32))
-    np.testing.assert_array_equal(custom[..., 1], h.worst_rank)
-    assert "text" not in cells and "%{customdata[1]" in cells["hovertemplate"]
-    sent = len(pio.to_json(heatmap_figure(h), validate=False))
-    cells_b64 = 256 * 400 * 12 * 4 / 3  # 12 bytes a cell (z, mean, rank), base64
-    assert sent < 1.1 * cells_b64  # axes, strips and layout add under a tenth
+def sent(spec: dict) -> tuple[pd.DataFrame, int]:
+    """The cells' dataset and the size of the rest of the option as JSON (bytes)."""
+    source = spec["dataset"][0]["source"]
+    rest = {**spec, "dataset": [{"source": None}]}
+    return source, len(json.dumps(rest))
 
 
-def test_unbinned_heatmap_needs_no_customdata():
-    fig = json.loads(pio.to_json(heatmap_figure(grid(8, 12, 1, 1)), validate=False))
-    assert "customdata" not in fig["data"][0] and "text" not in fig["data"][0]
+def test_binned_heatmap_sends_each_cell_with_its_mean_and_rank_as_numbers():
+    h = grid(128, 200, 8, 5)  # 1,024 ranks x 1,000 steps, binned to the screen
+    spec = heatmap_figure(h)
+    source, rest = sent(spec)
+    assert len(source) == 128 * 200 and spec["series"][HEATMAP]["datasetIndex"] == 0
+    z = source.pivot(index="row", columns="col", values="max ms").to_numpy()
+    np.testing.assert_allclose(z, h.vmax_ms, atol=0.005 + 1e-9)
+    mean = source.pivot(index="row", columns="col", values="mean ms").to_numpy()
+    np.testing.assert_allclose(mean, h.vmean_ms, atol=0.005 + 1e-9)
+    worst = source.pivot(index="row", columns="col", values="largest in rank").to_numpy()
+    np.testing.assert_array_equal(worst, h.worst_rank)
+    assert source["rows"].dtype == "category"  # one string per row, not per cell
+    assert source["col"].dtype == np.int16 and source["max ms"].dtype == np.float64
+    tip = spec["series"][HEATMAP]["tooltip"]["formatter"]
+    assert "{@[3]} ms, largest in rank {@[4]}" in tip and "{@rows}" in tip
+    assert list(source.columns[2:5]) == ["max ms", "mean ms", "largest in rank"]
+    assert spec["visualMap"]["dimension"] == 2  # colored by the largest value
+    assert rest < 60_000  # strips, axes and labels (128 rows, 200 columns) stay small
+
+
+def test_unbinned_heatmap_sends_no_mean_or_rank():
+    source, _ = sent(heatmap_figure(grid(8, 12, 1, 1)))
+    assert list(source.columns) == ["col", "row", "max ms", "step", "rows"]
+
+
+def test_heatmap_marks_culprits_and_the_selection_and_clicks_pick_rank_and_step():
+    from ranksight.ui.views.heatmap import click_target
+
+    h = grid(16, 10, 4, 3)  # culprit rank 5 in row 1
+    spec = heatmap_figure(h, selected_rank=9, selected_step=7)
+    labels = spec["yAxis"][1]["data"]
+    assert labels[1] == {
+        "value": "culprit 4 ranks row 1",
+        "textStyle": {"color": "#d62728", "fontWeight": "bold"},
+    }
+    assert all(isinstance(t, str) and not t.startswith("culprit") for t in labels[2:])
+    assert spec["series"][RANK_STRIP]["data"][1]["itemStyle"]["color"] == "#d62728"
+    areas = spec["series"][HEATMAP]["markArea"]["data"]
+    assert areas == [[{"yAxis": 1.5}, {"yAxis": 2.5}], [{"xAxis": 1.5}, {"xAxis": 2.5}]]
+    assert all(s["selectedMode"] == "single" for s in spec["series"])
+    row, col = 3, 4
+    assert click_target(h, HEATMAP, row * 10 + col) == (
+        int(h.worst_rank[row, col]),
+        int(h.worst_step[row, col]),
+    )
+    strip = spec["series"][RANK_STRIP]["data"][row]
+    assert click_target(h, RANK_STRIP, row) == (strip[2], None)
+    assert strip[2] == h.worst_rank[row, np.nanargmax(h.vmax_ms[row])]
+    assert click_target(h, STEP_STRIP, col) == (None, h.col_steps[col])
+    assert spec["series"][STEP_STRIP]["data"][col][2] == h.col_steps[col]
+    assert click_target(h, HEATMAP, 16 * 10) is None and click_target(h, 7, 0) is None
+
+
+def test_cells_are_row_major():
+    h = grid(3, 4, 1, 1)
+    source = cells(h)
+    assert list(source["row"][:5]) == [0, 0, 0, 0, 1] and list(source["col"][:5]) == [0, 1, 2, 3, 0]
 
 
 def test_overview_draws_markers_only_on_short_series():
@@ -68,10 +119,13 @@ def test_overview_draws_markers_only_on_short_series():
             }
         )
 
-    short = overview_figure(series(MARKERS_UP_TO), {})
+    short = overview_figure(series(MARKERS_UP_TO), {3: 40})
     long = overview_figure(series(1000), {})
-    assert short.data[0].mode == "lines+markers" and long.data[0].mode == "lines"
-    assert long.data[2].mode == "lines"  # tokens/s
+    assert short["series"][0]["showSymbol"] and not long["series"][0]["showSymbol"]
+    assert not long["series"][2]["showSymbol"]  # tokens/s
+    assert long["dataset"][0]["source"].shape == (1000, 4)  # no MFU or FLOPs known
+    onset = short["series"][0]["markLine"]["data"]
+    assert onset == [{"xAxis": 40, "name": "rank 3 slow from here"}]
 
 
 def test_step_time_reads_in_ms_below_a_second_and_in_s_above():

@@ -1,7 +1,7 @@
 """Stored runs for the UI tests, made once per test session and shared by the AppTest
 and browser tests: a real `ranksight demo` run (8 gloo ranks, rank 5 slowed 3x from step
 4) and a synthetic 32-rank run (rank 12 slowed 3x from step 5), each analyzed.
-Also helpers to read what a Plotly chart in an AppTest holds."""
+Also helpers to read what a Plotly or ECharts chart in an AppTest holds."""
 
 from __future__ import annotations
 
@@ -124,12 +124,43 @@ def decode(value):
     return np.asarray(value, dtype=object) if value is not None else None
 
 
+CHART_KINDS = ("plotly_chart", "echarts_chart")
+"""The chart elements the UI draws (Plotly on some pages, ECharts on others)."""
+
+
+def charts(at):
+    """Every chart element in an AppTest, Plotly and ECharts."""
+    return [el for kind in CHART_KINDS for el in at.get(kind)]
+
+
 def chart_spec(at, key: str) -> dict:
     """The figure JSON of the Plotly chart with widget key ``key`` in an AppTest."""
     for el in at.get("plotly_chart"):
         if getattr(el, "key", None) == key or key in getattr(el.proto, "id", ""):
             return json.loads(el.proto.spec)
     raise AssertionError(f"no plotly chart {key!r} on the page")
+
+
+def echarts_spec(at, key: str) -> dict:
+    """The ECharts option of the ``st.echarts_chart`` with key ``key`` in an AppTest, as
+    the browser gets it: each dataframe ``dataset.source`` (sent as Arrow beside the
+    JSON) read back into a pandas DataFrame."""
+    import pyarrow as pa
+
+    for el in at.get("echarts_chart"):
+        if key in getattr(el.proto, "id", ""):
+            spec = json.loads(el.proto.spec)
+            tables = {
+                d.name: pa.ipc.open_stream(d.data.data).read_all().to_pandas()
+                for d in el.proto.datasets
+            }
+            sets = spec.get("dataset") or []
+            for d in sets if isinstance(sets, list) else [sets]:
+                src = d.get("source")
+                if isinstance(src, dict) and "name" in src:
+                    d["source"] = tables[src["name"]]
+            return spec
+    raise AssertionError(f"no echarts chart {key!r} on the page")
 
 
 def compute_ms(store, run_id: str):

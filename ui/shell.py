@@ -1,6 +1,6 @@
 """The app around the pages: page and run pickers in the sidebar, the URL as state,
-the store opened once, every page run inside the error guard, Plotly loading in the
-browser while the page queries (``preload``)."""
+the store opened once, every page run inside the error guard, the page's chart library
+loading in the browser while the page queries (``preload``)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def main(cfg: UiConfig | None = None) -> None:
     url = store_url()
     sel = parse_selection(st.query_params.to_dict())
     body = st.container()
-    loading = preload.start(sel.page)  # below the page: Plotly loads while we query
+    loading = preload.start(sel.page)  # below the page: its chart library loads while we query
     for problem in sel.problems:
         body.warning(problem)
     _page_picker(sel)

@@ -1,18 +1,42 @@
-"""The rank x step heatmap figure: a rank strip on the left and a step strip below (click
-a bar to select that rank or step), culprits in red, hover gives the numbers."""
+"""The rank x step heatmap as an ECharts option (``st.echarts_chart``): a rank strip on
+the left and a step strip below (click a cell or a bar to select that rank or step),
+culprits in red, hover gives the numbers.
+
+ECharts rather than Plotly: a fresh browser tab evaluates Streamlit's ECharts bundle
+(1.2 MB) about 0.7 s sooner than its Plotly bundle (4.7 MB) on a 2-core machine
+(bench/RESULTS.md, "the floor"), which is most of the page's first render.
+"""
 
 from __future__ import annotations
 
 import numpy as np
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+import pandas as pd
 
 from ranksight.ui.data.heatmap import METRICS, Heatmap
 
 CULPRIT = "#d62728"
 STRIP = "#8c8c8c"
+SELECTED = "#ff00ff"
 HEATMAP, RANK_STRIP, STEP_STRIP = 0, 1, 2
-"""Trace numbers (a click's ``curve_number``)."""
+"""Series indices (a selection's ``series_index``)."""
+
+VIRIDIS = ["#440154", "#482878", "#3e4989", "#31688e", "#26828e"]
+VIRIDIS += ["#1f9e89", "#35b779", "#6ece58", "#b5de2b", "#fde725"]
+"""Plotly's Viridis color scale, low to high."""
+
+TOP, LABELS, STRIP_W, RIGHT, STRIP_H, BOTTOM, GAP = 40, 190, 80, 90, 60, 40, 8
+"""Layout in px: title band; the rank labels' width, then the rank strip's; the color
+bar's band on the right; the step strip's height; the axis band below it; the gap
+between the strips and the cells. The cells span x from LABELS + STRIP_W + GAP to
+width - RIGHT and y from TOP to height - (BOTTOM + STRIP_H + GAP)."""
+
+CELL_COLUMNS = ("col", "row", "max ms", "mean ms", "largest in rank", "step", "rows")
+"""The cells' dataset columns (binned; unbinned cells have no mean and rank)."""
+
+
+def chart_height(rows: int) -> int:
+    """The chart's height in px for ``rows`` rank rows (380-1000, 14 px a row)."""
+    return max(380, min(1000, 110 + 14 * rows))
 
 
 def heatmap_figure(
@@ -20,149 +44,225 @@ def heatmap_figure(
     selected_rank: int | None = None,
     selected_step: int | None = None,
     skip_steps: int = 1,
-) -> go.Figure:
-    """Rows are rank bins (top: first in the order; ``y`` = row labels), columns step
-    bins; color is the largest value in the cell (ms). Trace 0 is the heatmap, trace 1
-    the rank strip (per row: mean over steps; customdata: the row's slowest rank), trace
-    2 the step strip (per column: largest over ranks; customdata: first step). Culprit
-    rows are red in the strip and labelled "culprit"; the selection is outlined. The
-    color scale tops out at the largest value after the first ``skip_steps`` steps
-    (warm-up steps are slow everywhere and would wash out the rest)."""
+) -> dict:
+    """The ECharts option. Series 0 is the heatmap: one row of ``dataset[0]`` per cell,
+    row-major (cell (i, j) is row ``i * cols + j``), columns :data:`CELL_COLUMNS`: the
+    column and row index, the cell's largest value (ms, rounded to 0.01 ms; NaN where
+    empty), when binned the mean (ms) and the rank of the largest value, the column's
+    first step and the row's label. Series 1 is the rank strip (per row: ``[mean over
+    steps (ms), row, the row's slowest rank, label]``; culprit rows red), series 2 the
+    step strip (per column: ``[column, largest over ranks (ms), first step]``). Row 0
+    is at the top. Culprit rows' axis labels read "culprit ..." in red; the selected
+    rank's row and step's column are outlined. The color scale tops out at the largest
+    value after the first ``skip_steps`` steps (warm-up steps are slow everywhere and
+    would wash out the rest). Clicks select a cell or bar (``selectedMode``)."""
     rows, cols = h.shape
-    labels = list(h.row_labels)
-    fig = make_subplots(
-        rows=2,
-        cols=2,
-        shared_yaxes=True,
-        shared_xaxes=True,
-        column_widths=[0.1, 0.9],
-        row_heights=[0.86, 0.14],
-        horizontal_spacing=0.005,
-        vertical_spacing=0.02,
-    )
-    fig.add_trace(_cells(h, labels, _zmax(h, skip_steps)), row=1, col=2)
-    fig.add_trace(_rank_strip(h, labels), row=1, col=1)
-    fig.add_trace(_step_strip(h), row=2, col=2)
-    _mark_selection(fig, h, labels, selected_rank, selected_step)
-    every = 1 if rows <= 64 else max(1, rows // 32)
-    fig.update_yaxes(
-        autorange="reversed",
-        type="category",
-        categoryorder="array",
-        categoryarray=labels,
-        tickmode="array",
-        tickvals=labels[::every],
-        ticktext=_tick_text(h)[::every],
-        row=1,
-        col=1,
-    )
-    fig.update_xaxes(autorange="reversed", showticklabels=False, row=1, col=1)
-    fig.update_xaxes(title_text="step (click a bar below to select a step)", row=2, col=2)
-    fig.update_yaxes(showticklabels=False, row=2, col=2)
-    fig.update_yaxes(showticklabels=False, ticks="", row=1, col=2)
-    fig.update_layout(
-        title={
-            "text": f"{METRICS[h.metric]} per rank and step (ms); click a bar left or below to select",
-            "font": {"size": 14},
+    ticks = _tick_labels(h)
+    steps = [str(s) for s in h.col_steps]
+    zmax = _zmax(h, skip_steps)
+    cells_left = LABELS + STRIP_W + GAP
+    cells_bottom = BOTTOM + STRIP_H + GAP
+    every = 0 if rows <= 64 else max(1, rows // 32) - 1
+    title = f"{METRICS[h.metric]} per rank and step (ms); click a cell, or a bar left or below, to select"
+    return {
+        "animation": False,
+        "title": {"text": title, "left": 10, "top": 5, "textStyle": {"fontSize": 14}},
+        "tooltip": {"trigger": "item", "confine": True},
+        "grid": [
+            {"left": cells_left, "right": RIGHT, "top": TOP, "bottom": cells_bottom},
+            {"left": LABELS, "width": STRIP_W, "top": TOP, "bottom": cells_bottom},
+            {"left": cells_left, "right": RIGHT, "height": STRIP_H, "bottom": BOTTOM},
+        ],
+        "xAxis": [
+            {"type": "category", "gridIndex": 0, "data": steps, "show": False},
+            {"type": "value", "gridIndex": 1, "inverse": True, "show": False},
+            {
+                "type": "category",
+                "gridIndex": 2,
+                "data": steps,
+                "name": "step (click a bar to select a step)",
+                "nameLocation": "middle",
+                "nameGap": 24,
+                "axisTick": {"show": False},
+            },
+        ],
+        "yAxis": [
+            {"type": "category", "gridIndex": 0, "data": ticks, "inverse": True, "show": False},
+            {
+                "type": "category",
+                "gridIndex": 1,
+                "data": [
+                    {"value": t, "textStyle": {"color": CULPRIT, "fontWeight": "bold"}}
+                    if i in set(h.culprit_rows.values())
+                    else t
+                    for i, t in enumerate(ticks)
+                ],
+                "inverse": True,
+                "axisTick": {"show": False},
+                "axisLabel": {"interval": every, "fontSize": 11},
+            },
+            {"type": "value", "gridIndex": 2, "show": False},
+        ],
+        "visualMap": {
+            "type": "continuous",
+            "seriesIndex": HEATMAP,
+            "dimension": 2,
+            "min": 0.0,
+            "max": zmax,
+            "calculable": True,
+            "right": 20,
+            "top": TOP,
+            "itemHeight": 200,
+            "text": ["ms", ""],
+            "precision": 1,
+            "inRange": {"color": VIRIDIS},
         },
-        height=max(380, min(1000, 110 + 14 * rows)),
-        margin={"l": 10, "r": 10, "t": 40, "b": 40},
-        showlegend=False,
-        clickmode="event+select",
-        bargap=0.05,
-    )
-    return fig
+        "dataset": [{"source": cells(h)}],
+        "series": [
+            _cells_series(h, selected_rank, selected_step),
+            _rank_strip(h),
+            _step_strip(h),
+        ],
+    }
 
 
-def _zmax(h: Heatmap, skip_steps: int) -> float | None:
-    """The largest cell value from step ``skip_steps`` on (None: no such cell)."""
+def _zmax(h: Heatmap, skip_steps: int) -> float:
+    """The largest cell value from step ``skip_steps`` on (else of all cells; 1 if none)."""
     cols = [j for j, s in enumerate(h.col_steps) if s >= skip_steps]
-    if not cols or not np.isfinite(h.vmax_ms[:, cols]).any():
-        return None
-    return float(np.nanmax(h.vmax_ms[:, cols]))
+    for pick in (h.vmax_ms[:, cols], h.vmax_ms):
+        if pick.size and np.isfinite(pick).any():
+            return round(float(np.nanmax(pick)), 2)
+    return 1.0
 
 
-def _cells(h: Heatmap, labels: list[str], zmax: float | None) -> go.Heatmap:
-    """The cells as float32 arrays. Hover text is a template over numbers (no string per
-    cell); binned cells carry [mean, rank of the largest value] as customdata, unbinned
-    ones need none (the row is the rank, the value its own)."""
+def binned(h: Heatmap) -> bool:
+    """Whether a cell holds more than one rank or step (then the hover gives the mean
+    and the rank of the largest value too)."""
+    return h.rank_bin > 1 or h.step_bin > 1
+
+
+def cells(h: Heatmap) -> pd.DataFrame:
+    """The cells, one row each, row-major (see :func:`heatmap_figure`). Sent to the
+    browser as Arrow: 2 + 2 + 8 + 4 bytes a cell, binned 8 + 4 more, the labels once."""
     rows, cols = h.shape
-    binned = h.rank_bin > 1 or h.step_bin > 1
-    step_txt = "step %{x}" if h.step_bin == 1 else f"steps %{{x}}..%{{x}}+{h.step_bin - 1}"
-    extra = (
-        "<br>mean %{customdata[0]:.1f} ms, largest in rank %{customdata[1]:.0f}" if binned else ""
-    )
-    return go.Heatmap(
-        z=h.vmax_ms.astype(np.float32),
-        x=np.array(h.col_steps),
-        y=labels,
-        customdata=np.dstack([h.vmean_ms, h.worst_rank]).astype(np.float32) if binned else None,
-        colorscale="Viridis",
-        zmin=0 if zmax is not None else None,
-        zmax=zmax,
-        colorbar={"title": {"text": "ms"}, "len": 0.85, "y": 0.57},
-        hovertemplate="%{y}<br>"
-        + step_txt
-        + "<br>"
-        + ("max " if binned else "")
-        + "%{z:.1f} ms"
-        + extra
-        + "<extra></extra>",
-        xgap=0 if cols > 100 else 1,
-        ygap=0 if rows > 100 else 1,
-    )
+    out = {
+        "col": np.tile(np.arange(cols, dtype=np.int16), rows),
+        "row": np.repeat(np.arange(rows, dtype=np.int16), cols),
+        "max ms": np.round(h.vmax_ms.astype(np.float64), 2).ravel(),
+    }
+    if binned(h):
+        out["mean ms"] = np.round(h.vmean_ms.astype(np.float64), 2).ravel()
+        out["largest in rank"] = h.worst_rank.astype(np.int32).ravel()
+    out["step"] = np.tile(np.asarray(h.col_steps, dtype=np.int32), rows)
+    ticks = _tick_labels(h)
+    codes = np.repeat(np.arange(rows), cols)
+    if len(set(ticks)) == rows:  # one dictionary entry per label (as Arrow)
+        out["rows"] = pd.Categorical.from_codes(codes, categories=ticks)
+    else:
+        out["rows"] = pd.Categorical(np.asarray(ticks, dtype=object)[codes])
+    return pd.DataFrame(out)
 
 
-def _rank_strip(h: Heatmap, labels: list[str]) -> go.Bar:
+def _cells_series(h: Heatmap, rank: int | None, step: int | None) -> dict:
+    if h.step_bin == 1:
+        steps = "step {@step}"
+    else:
+        steps = f"steps {{@step}} to {{@step}}+{h.step_bin - 1}"
+    text = "{@rows}<br>" + steps + "<br>"
+    if binned(h):
+        text += "max {@[2]} ms<br>mean {@[3]} ms, largest in rank {@[4]}"
+    else:
+        text += "{@[2]} ms"
+    return {
+        "type": "heatmap",
+        "name": "cells",
+        "xAxisIndex": 0,
+        "yAxisIndex": 0,
+        "datasetIndex": 0,
+        "encode": {"x": "col", "y": "row"},
+        "progressive": 0,
+        "selectedMode": "single",
+        "select": {"itemStyle": {"borderColor": SELECTED, "borderWidth": 2}},
+        "emphasis": {"itemStyle": {"borderColor": "#333", "borderWidth": 1}},
+        "tooltip": {"formatter": text},
+        "markArea": _selection(h, rank, step),
+    }
+
+
+def _rank_strip(h: Heatmap) -> dict:
+    rows = h.shape[0]
     with np.errstate(all="ignore"):
-        mean = np.nanmean(np.where(np.isnan(h.vmean_ms), np.nan, h.vmean_ms), axis=1)
-    worst_col = np.nanargmax(np.nan_to_num(h.vmax_ms, nan=-1.0), axis=1)
-    pick = h.worst_rank[np.arange(len(labels)), worst_col]
-    pick = np.where(pick >= 0, pick, [r[0] if r else -1 for r in h.row_ranks])
+        mean = np.nanmean(h.vmean_ms, axis=1) if h.shape[1] else np.full(rows, np.nan)
+    pick = [row_pick(h, i) for i in range(rows)]
     marked = set(h.culprit_rows.values())
-    colors = [CULPRIT if i in marked else STRIP for i in range(len(labels))]
-    return go.Bar(
-        orientation="h",
-        x=np.nan_to_num(mean),
-        y=labels,
-        customdata=pick,
-        marker={"color": colors},
-        hovertemplate="%{y}<br>mean %{x:.1f} ms per step<br>click: select rank %{customdata}<extra></extra>",
-    )
+    ticks = _tick_labels(h)
+    data = []
+    for i in range(rows):
+        rank = -1 if pick[i] is None else pick[i]
+        value = [round(float(np.nan_to_num(mean[i])), 2), i, rank, ticks[i]]
+        data.append({"value": value, "itemStyle": {"color": CULPRIT}} if i in marked else value)
+    return {
+        "type": "bar",
+        "name": "rank strip",
+        "xAxisIndex": 1,
+        "yAxisIndex": 1,
+        "encode": {"x": 0, "y": 1},
+        "barCategoryGap": "10%",
+        "itemStyle": {"color": STRIP},
+        "selectedMode": "single",
+        "select": {"itemStyle": {"borderColor": SELECTED, "borderWidth": 2}},
+        "tooltip": {"formatter": "{@[3]}<br>mean {@[0]} ms per step<br>click: select rank {@[2]}"},
+        "data": data,
+    }
 
 
-def _step_strip(h: Heatmap) -> go.Bar:
-    peak = (
-        np.nanmax(np.nan_to_num(h.vmax_ms, nan=0.0), axis=0) if h.shape[0] else np.zeros(h.shape[1])
-    )
-    return go.Bar(
-        x=np.array(h.col_steps),
-        y=peak,
-        customdata=np.array(h.col_steps),
-        marker={"color": STRIP},
-        hovertemplate="step %{x}: largest %{y:.1f} ms<br>click: select this step<extra></extra>",
-    )
+def row_pick(h: Heatmap, row: int) -> int | None:
+    """The rank a click on ``row`` of the rank strip selects: the one with the row's
+    largest value (its first rank if it has no data; None for an empty row)."""
+    values = np.nan_to_num(h.vmax_ms[row], nan=-1.0)
+    if values.size and values.max() >= 0 and h.worst_rank[row, values.argmax()] >= 0:
+        return int(h.worst_rank[row, values.argmax()])
+    return int(h.row_ranks[row][0]) if h.row_ranks[row] else None
 
 
-def _tick_text(h: Heatmap) -> list[str]:
-    """Row labels, culprit rows in red with "culprit" in front."""
+def _step_strip(h: Heatmap) -> dict:
+    rows, cols = h.shape
+    peak = np.nanmax(np.nan_to_num(h.vmax_ms, nan=0.0), axis=0) if rows else np.zeros(cols)
+    head = "step {@[2]}" if h.step_bin == 1 else f"steps {{@[2]}} to {{@[2]}}+{h.step_bin - 1}"
+    return {
+        "type": "bar",
+        "name": "step strip",
+        "xAxisIndex": 2,
+        "yAxisIndex": 2,
+        "encode": {"x": 0, "y": 1},
+        "barCategoryGap": "10%",
+        "itemStyle": {"color": STRIP},
+        "selectedMode": "single",
+        "select": {"itemStyle": {"borderColor": SELECTED, "borderWidth": 2}},
+        "tooltip": {"formatter": head + ": largest {@[1]} ms<br>click: select this step"},
+        "data": [[j, round(float(peak[j]), 2), int(h.col_steps[j])] for j in range(cols)],
+    }
+
+
+def _tick_labels(h: Heatmap) -> list[str]:
+    """Row labels, culprit rows with "culprit " in front."""
     marked = set(h.culprit_rows.values())
-    return [
-        f'<span style="color:{CULPRIT}">culprit {label}</span>' if i in marked else label
-        for i, label in enumerate(h.row_labels)
-    ]
+    return [f"culprit {t}" if i in marked else t for i, t in enumerate(h.row_labels)]
 
 
-def _mark_selection(
-    fig: go.Figure, h: Heatmap, labels: list[str], rank: int | None, step: int | None
-) -> None:
-    """Outline the selected rank's row and the selected step's column."""
-    line = {"color": "#ff00ff", "width": 3}
+def _selection(h: Heatmap, rank: int | None, step: int | None) -> dict:
+    """A markArea outlining the selected rank's row and the selected step's column
+    (category positions; a band is [i - 0.5, i + 0.5])."""
+    areas = []
     if rank is not None:
         row = next((i for i, rs in enumerate(h.row_ranks) if rank in rs), None)
         if row is not None:
-            fig.add_hrect(y0=row - 0.5, y1=row + 0.5, line=line, row=1, col=2)
+            areas.append([{"yAxis": row - 0.5}, {"yAxis": row + 0.5}])
     if step is not None and h.step_lo <= step <= h.step_hi:
         col = (step - h.step_lo) // h.step_bin
-        x0 = h.col_steps[col] - 0.5 if h.step_bin == 1 else h.col_steps[col] - h.step_bin / 2
-        fig.add_vrect(x0=x0, x1=x0 + h.step_bin, line=line, row=1, col=2)
+        areas.append([{"xAxis": col - 0.5}, {"xAxis": col + 0.5}])
+    return {
+        "silent": True,
+        "itemStyle": {"color": "rgba(0,0,0,0)", "borderColor": SELECTED, "borderWidth": 3},
+        "data": areas,
+    }

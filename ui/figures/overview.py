@@ -1,67 +1,111 @@
-"""The run overview's figure: step time and throughput over steps, culprit onsets marked."""
+"""The run overview's figure as an ECharts option (``st.echarts_chart``): step time and
+throughput over steps, culprit onsets marked. ECharts rather than Plotly for the page's
+first render (see ``figures.heatmap``)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 MARKERS_UP_TO = 120
-"""Points per series drawn with markers; longer series are lines only (a marker is an
-SVG node each: 1,000 of them cost the browser about 100 ms, bench/RESULTS.md)."""
+"""Points per series drawn with markers; longer series are lines only."""
+
+ONSET = "#d62728"
+HEIGHT = 480
+"""The chart's height (px)."""
 
 
-def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> go.Figure:
+def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> dict:
     """Top: step wall time and the slowest rank's step time (ms); bottom: tokens/s and,
     on a second axis, MFU (%) where known, else the achieved model TFLOP/s where the
     FLOPs per token are known. ``onsets`` maps culprit rank -> onset step, drawn as
-    dashed lines. Trace 0 is the step time (one point per step bin)."""
-    has_mfu = series["mfu"].notna().any()
-    has_tflops = not has_mfu and "tflops" in series and series["tflops"].notna().any()
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.08,
-        specs=[[{}], [{"secondary_y": True}]],
-        subplot_titles=(
-            "step time (ms)",
-            "throughput (tokens/s)"
-            + (" and MFU" if has_mfu else " and model TFLOP/s" if has_tflops else ""),
-        ),
+    dashed lines. The numbers are ``dataset[0]`` (one row per step bin, columns
+    ``step`` (first step of the bin), ``step time (ms)``, ``slowest rank (ms)``,
+    ``tokens/s`` and ``MFU %`` or ``model TFLOP/s``); series 0 is the step time."""
+    has_mfu = bool(series["mfu"].notna().any())
+    has_tflops = not has_mfu and "tflops" in series and bool(series["tflops"].notna().any())
+    data = pd.DataFrame(
+        {
+            "step": series["first_step"].to_numpy(np.int64),
+            "step time (ms)": series["step_ms"].to_numpy(np.float64),
+            "slowest rank (ms)": series["slowest_rank_ms"].to_numpy(np.float64),
+            "tokens/s": series["tokens_per_s"].to_numpy(np.float64),
+        }
     )
-    x = series["first_step"]
-    mode = "lines+markers" if len(series) <= MARKERS_UP_TO else "lines"
-    fig.add_trace(go.Scatter(x=x, y=series["step_ms"], name="step time", mode=mode), row=1, col=1)
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=series["slowest_rank_ms"],
-            name="slowest rank",
-            mode="lines",
-            line={"dash": "dot"},
-        ),
-        row=1,
-        col=1,
-    )
-    fig.add_trace(
-        go.Scatter(x=x, y=series["tokens_per_s"], name="tokens/s", mode=mode),
-        row=2,
-        col=1,
-    )
-    if has_mfu or has_tflops:
-        y, name = (series["mfu"] * 100, "MFU %") if has_mfu else (series["tflops"], "model TFLOP/s")
-        fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines"), row=2, col=1, secondary_y=True)
-    for rank, step in onsets.items():
-        fig.add_vline(
-            x=step,
-            line={"color": "#d62728", "dash": "dash"},
-            annotation_text=f"rank {rank} slow from here",
-        )
-    fig.update_layout(
-        height=480,
-        margin={"l": 10, "r": 10, "t": 40, "b": 40},
-        legend={"orientation": "h", "y": -0.1},
-    )
-    fig.update_xaxes(title_text="step", row=2, col=1)
-    return fig
+    second = None
+    if has_mfu:
+        second, data["MFU %"] = "MFU %", series["mfu"].to_numpy(np.float64) * 100
+    elif has_tflops:
+        second, data["model TFLOP/s"] = "model TFLOP/s", series["tflops"].to_numpy(np.float64)
+    symbols = len(series) <= MARKERS_UP_TO
+    marks = _onsets(onsets)
+
+    def line(name: str, grid: int, axis: int, fmt: str, **extra) -> dict:
+        return {
+            "type": "line",
+            "name": name,
+            "datasetIndex": 0,
+            "encode": {"x": "step", "y": name},
+            "xAxisIndex": grid,
+            "yAxisIndex": axis,
+            "showSymbol": symbols,
+            "tooltip": {"valueFormatter": fmt},
+            **extra,
+        }
+
+    out = [
+        line("step time (ms)", 0, 0, "%.1f ms", markLine=marks(True)),
+        line("slowest rank (ms)", 0, 0, "%.1f ms", showSymbol=False, lineStyle={"type": "dotted"}),
+        line("tokens/s", 1, 1, "%.0f", markLine=marks(False)),
+    ]
+    if second is not None:
+        out.append(line(second, 1, 2, "%.2f", showSymbol=False))
+    lower = "throughput (tokens/s)" + (f" and {second}" if second else "")
+    x = {"type": "value", "min": "dataMin", "max": "dataMax", "minInterval": 1}
+    return {
+        "animation": False,
+        "title": [
+            {"text": "step time (ms)", "left": 10, "top": 0, "textStyle": {"fontSize": 14}},
+            {"text": lower, "left": 10, "top": "49%", "textStyle": {"fontSize": 14}},
+        ],
+        "legend": {"bottom": 0},
+        "tooltip": {"trigger": "axis"},
+        "axisPointer": {"link": [{"xAxisIndex": "all"}]},
+        "grid": [
+            {"left": 70, "right": 70, "top": 35, "height": "30%"},
+            {"left": 70, "right": 70, "top": "57%", "height": "30%"},
+        ],
+        "xAxis": [{**x, "gridIndex": 0}, {**x, "gridIndex": 1, "name": "step"}],
+        "yAxis": [
+            {"type": "value", "gridIndex": 0, "scale": True},
+            {"type": "value", "gridIndex": 1, "scale": True},
+            {
+                "type": "value",
+                "gridIndex": 1,
+                "position": "right",
+                "scale": True,
+                "splitLine": {"show": False},
+                "show": second is not None,
+            },
+        ],
+        "dataset": [{"source": data}],
+        "series": out,
+    }
+
+
+def _onsets(onsets: dict[int, int]):
+    """markLine options at each culprit's onset step (labelled on the top panel)."""
+
+    def marks(labelled: bool) -> dict:
+        return {
+            "silent": True,
+            "symbol": "none",
+            "lineStyle": {"color": ONSET, "type": "dashed"},
+            "label": {"show": labelled, "formatter": "{b}", "color": ONSET},
+            "data": [
+                {"xAxis": int(step), "name": f"rank {rank} slow from here"}
+                for rank, step in sorted(onsets.items())
+            ],
+        }
+
+    return marks

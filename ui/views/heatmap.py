@@ -9,7 +9,14 @@ from ranksight.ui import cache
 from ranksight.ui.context import PageContext, go, link_button
 from ranksight.ui.data.heatmap import METRICS, Heatmap
 from ranksight.ui.data.run import ORDERS
-from ranksight.ui.figures.heatmap import HEATMAP, RANK_STRIP, STEP_STRIP, heatmap_figure
+from ranksight.ui.figures.heatmap import (
+    HEATMAP,
+    RANK_STRIP,
+    STEP_STRIP,
+    chart_height,
+    heatmap_figure,
+    row_pick,
+)
 from ranksight.ui.guard import NoData
 
 SUMMARIZING = (
@@ -49,12 +56,12 @@ def render(ctx: PageContext) -> None:
             ctx.cfg.heatmap_cols,
         )
     st.caption(_resolution(h, len(run.ranks)))
-    fig = heatmap_figure(h, sel.rank, sel.step, ctx.cfg.skip_steps)
-    event = st.plotly_chart(
-        fig,
+    spec = heatmap_figure(h, sel.rank, sel.step, ctx.cfg.skip_steps)
+    event = st.echarts_chart(
+        spec,
         width="stretch",
+        height=chart_height(h.shape[0]),
         on_select="rerun",
-        selection_mode="points",
         key=f"heatmap_chart_{sel.rank}_{sel.step}",
     )
     _follow_click(ctx, h, event)
@@ -72,38 +79,40 @@ def _resolution(h: Heatmap, world: int) -> str:
     text += f", steps {h.step_lo}..{h.step_hi} in {cols} columns" + (
         "" if h.step_bin == 1 else f" ({h.step_bin} steps each)"
     )
-    return text + ". Click a bar of the rank strip (left) or the step strip (below) to select."
+    return (
+        text
+        + ". Click a cell, or a bar of the rank strip (left) or the step strip (below), to select."
+    )
 
 
-def click_target(h: Heatmap, point: dict) -> tuple[int | None, int | None] | None:
-    """(rank, step) a click selects (None: keep that one): a rank-strip bar gives its
-    row's slowest rank, a step-strip bar its step, a heatmap cell the rank and step of
-    its largest value. None for anything else."""
-    curve, custom = point.get("curve_number"), point.get("customdata")
-    if isinstance(custom, list):
-        custom = custom[0] if custom else None
-    if curve == RANK_STRIP and custom is not None and int(custom) >= 0:
-        return int(custom), None
-    if curve == STEP_STRIP and point.get("x") is not None:
-        return None, int(point["x"])
-    if curve == HEATMAP and point.get("y") in h.row_labels and point.get("x") is not None:
-        row = h.row_labels.index(point["y"])
-        col = int((float(point["x"]) - h.step_lo) // h.step_bin)
-        if 0 <= col < h.shape[1] and h.worst_rank[row, col] >= 0:
+def click_target(h: Heatmap, series: int, index: int) -> tuple[int | None, int | None] | None:
+    """(rank, step) a click on item ``index`` of series ``series`` selects (None: keep
+    that one): a rank-strip bar gives its row's slowest rank, a step-strip bar its
+    column's first step, a heatmap cell the rank and step of its largest value (cells
+    are row-major, see ``heatmap_figure``). None for anything else."""
+    rows, cols = h.shape
+    if series == RANK_STRIP and 0 <= index < rows:
+        return row_pick(h, index), None
+    if series == STEP_STRIP and 0 <= index < cols:
+        return None, int(h.col_steps[index])
+    if series == HEATMAP and 0 <= index < rows * cols:
+        row, col = divmod(index, cols)
+        if h.worst_rank[row, col] >= 0:
             return int(h.worst_rank[row, col]), int(h.worst_step[row, col])
     return None
 
 
 def _follow_click(ctx: PageContext, h: Heatmap, event) -> None:
-    points = (event or {}).get("selection", {}).get("points", []) if event else []
-    for p in points:
-        target = click_target(h, p)
-        if target is None:
-            continue
-        rank = ctx.sel.rank if target[0] is None else target[0]
-        step = ctx.sel.step if target[1] is None else target[1]
-        if (rank, step) != (ctx.sel.rank, ctx.sel.step):
-            go(ctx.sel, rank=rank, step=step)
+    groups = (event or {}).get("selection", {}).get("selected", []) if event else []
+    for group in groups:
+        for index in group.get("data_indices", []):
+            target = click_target(h, int(group.get("series_index", -1)), int(index))
+            if target is None or target == (None, None):
+                continue
+            rank = ctx.sel.rank if target[0] is None else target[0]
+            step = ctx.sel.step if target[1] is None else target[1]
+            if (rank, step) != (ctx.sel.rank, ctx.sel.step):
+                go(ctx.sel, rank=rank, step=step)
 
 
 def _selected(ctx: PageContext, h: Heatmap) -> None:

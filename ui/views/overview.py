@@ -12,7 +12,7 @@ from ranksight.analyzer import Finding
 from ranksight.ui import cache
 from ranksight.ui.context import PageContext, link_button
 from ranksight.ui.data.overview import flops_of
-from ranksight.ui.figures.overview import overview_figure
+from ranksight.ui.figures.overview import HEIGHT, overview_figure
 from ranksight.ui.guard import NoData
 
 
@@ -29,7 +29,9 @@ def render(ctx: PageContext) -> None:
         for f in run.findings
         if f.culprit_rank >= 0
     }
-    st.plotly_chart(overview_figure(series, onsets), width="stretch", key="overview_chart")
+    st.echarts_chart(
+        overview_figure(series, onsets), width="stretch", height=HEIGHT, key="overview_chart"
+    )
     st.caption(_flops_note(ctx, series))
     _findings(ctx)
 
