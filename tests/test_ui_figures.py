@@ -13,6 +13,7 @@ from ranksight.ui.data.heatmap import Heatmap
 from ranksight.ui.figures.heatmap import (
     HEATMAP,
     RANK_STRIP,
+    SELECTION,
     STEP_STRIP,
     cells,
     heatmap_figure,
@@ -84,9 +85,13 @@ def test_heatmap_marks_culprits_and_the_selection_and_clicks_pick_rank_and_step(
     }
     assert all(isinstance(t, str) and not t.startswith("culprit") for t in labels[2:])
     assert spec["series"][RANK_STRIP]["data"][1]["itemStyle"]["color"] == "#d62728"
-    areas = spec["series"][HEATMAP]["markArea"]["data"]
+    outline = spec["series"][SELECTION]  # on value axes where category i is i
+    areas = outline["markArea"]["data"]
     assert areas == [[{"yAxis": 1.5}, {"yAxis": 2.5}], [{"xAxis": 1.5}, {"xAxis": 2.5}]]
-    assert all(s["selectedMode"] == "single" for s in spec["series"])
+    x, y = spec["xAxis"][outline["xAxisIndex"]], spec["yAxis"][outline["yAxisIndex"]]
+    assert (x["type"], x["min"], x["max"], x["gridIndex"]) == ("value", -0.5, 9.5, 0)
+    assert (y["type"], y["min"], y["max"], y["inverse"]) == ("value", -0.5, 15.5, True)
+    assert all(s["selectedMode"] == "single" for s in spec["series"][:SELECTION])
     row, col = 3, 4
     assert click_target(h, HEATMAP, row * 10 + col) == (
         int(h.worst_rank[row, col]),

@@ -17,7 +17,7 @@ from ranksight.ui.data.heatmap import METRICS, Heatmap
 CULPRIT = "#d62728"
 STRIP = "#8c8c8c"
 SELECTED = "#ff00ff"
-HEATMAP, RANK_STRIP, STEP_STRIP = 0, 1, 2
+HEATMAP, RANK_STRIP, STEP_STRIP, SELECTION = 0, 1, 2, 3
 """Series indices (a selection's ``series_index``)."""
 
 VIRIDIS = ["#440154", "#482878", "#3e4989", "#31688e", "#26828e"]
@@ -51,8 +51,8 @@ def heatmap_figure(
     empty), when binned the mean (ms) and the rank of the largest value, the column's
     first step and the row's label. Series 1 is the rank strip (per row: ``[mean over
     steps (ms), row, the row's slowest rank, label]``; culprit rows red), series 2 the
-    step strip (per column: ``[column, largest over ranks (ms), first step]``). Row 0
-    is at the top. Culprit rows' axis labels read "culprit ..." in red; the selected
+    step strip (per column: ``[column, largest over ranks (ms), first step]``), series
+    3 has no points, only the selection's outline. Row 0 is at the top. Culprit rows' axis labels read "culprit ..." in red; the selected
     rank's row and step's column are outlined. The color scale tops out at the largest
     value after the first ``skip_steps`` steps (warm-up steps are slow everywhere and
     would wash out the rest). Clicks select a cell or bar (``selectedMode``)."""
@@ -85,6 +85,7 @@ def heatmap_figure(
                 "nameGap": 24,
                 "axisTick": {"show": False},
             },
+            _band_axis(cols),
         ],
         "yAxis": [
             {"type": "category", "gridIndex": 0, "data": ticks, "inverse": True, "show": False},
@@ -102,6 +103,7 @@ def heatmap_figure(
                 "axisLabel": {"interval": every, "fontSize": 11},
             },
             {"type": "value", "gridIndex": 2, "show": False},
+            _band_axis(rows, inverse=True),
         ],
         "visualMap": {
             "type": "continuous",
@@ -119,9 +121,10 @@ def heatmap_figure(
         },
         "dataset": [{"source": cells(h)}],
         "series": [
-            _cells_series(h, selected_rank, selected_step),
+            _cells_series(h),
             _rank_strip(h),
             _step_strip(h),
+            _selection(h, selected_rank, selected_step),
         ],
     }
 
@@ -163,7 +166,7 @@ def cells(h: Heatmap) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _cells_series(h: Heatmap, rank: int | None, step: int | None) -> dict:
+def _cells_series(h: Heatmap) -> dict:
     if h.step_bin == 1:
         steps = "step {@step}"
     else:
@@ -185,7 +188,6 @@ def _cells_series(h: Heatmap, rank: int | None, step: int | None) -> dict:
         "select": {"itemStyle": {"borderColor": SELECTED, "borderWidth": 2}},
         "emphasis": {"itemStyle": {"borderColor": "#333", "borderWidth": 1}},
         "tooltip": {"formatter": text},
-        "markArea": _selection(h, rank, step),
     }
 
 
@@ -250,9 +252,17 @@ def _tick_labels(h: Heatmap) -> list[str]:
     return [f"culprit {t}" if i in marked else t for i, t in enumerate(h.row_labels)]
 
 
+def _band_axis(n: int, inverse: bool = False) -> dict:
+    """A hidden value axis over the cells' grid on which category position i is i (its
+    band [i - 0.5, i + 0.5]): the selection outline's coordinates (a category axis
+    snaps a fractional position to the nearest category)."""
+    axis = {"type": "value", "gridIndex": 0, "min": -0.5, "max": max(n, 1) - 0.5}
+    return {**axis, "inverse": inverse, "show": False}
+
+
 def _selection(h: Heatmap, rank: int | None, step: int | None) -> dict:
-    """A markArea outlining the selected rank's row and the selected step's column
-    (category positions; a band is [i - 0.5, i + 0.5])."""
+    """Series 3: no points, a markArea outlining the selected rank's row and the
+    selected step's column (on the band axes, above the cells)."""
     areas = []
     if rank is not None:
         row = next((i for i, rs in enumerate(h.row_ranks) if rank in rs), None)
@@ -262,7 +272,16 @@ def _selection(h: Heatmap, rank: int | None, step: int | None) -> dict:
         col = (step - h.step_lo) // h.step_bin
         areas.append([{"xAxis": col - 0.5}, {"xAxis": col + 0.5}])
     return {
+        "type": "line",
+        "name": "selection",
+        "xAxisIndex": 3,
+        "yAxisIndex": 3,
+        "data": [],
         "silent": True,
-        "itemStyle": {"color": "rgba(0,0,0,0)", "borderColor": SELECTED, "borderWidth": 3},
-        "data": areas,
+        "markArea": {
+            "zlevel": 1,  # a canvas of its own, above the cells' (drawn on a layer above 0)
+            "silent": True,
+            "itemStyle": {"color": "rgba(0,0,0,0)", "borderColor": SELECTED, "borderWidth": 3},
+            "data": areas,
+        },
     }
