@@ -65,3 +65,18 @@ def test_plain_script_collectives_are_all_seen(tmp_path, mode, level, op, comple
     else:  # the script gives none: recorded as NaN, not as a number
         assert norms.isna().all().all(), norms
     assert (frames["steps"]["gpu_mem_allocated_bytes"].fillna(0) == 0).all()  # CPU ranks
+
+
+def test_ranks_launched_without_a_run_id_share_rank_0s(tmp_path):
+    spool = str(tmp_path / "spool")
+    env = {k: v for k, v in os.environ.items() if k != "RANKSIGHT_RUN_ID"}
+    env.update(RANKSIGHT_SPOOL_DIR=spool, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           WORKER, "ddp"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    runs = os.listdir(spool)
+    assert len(runs) == 1 and runs[0].startswith("run-"), runs
+    frames = read_spool(spool)
+    assert sorted(frames["steps"]["rank"].unique()) == [0, 1]
+    assert set(frames["steps"]["run_id"]) == {runs[0]}

@@ -15,6 +15,8 @@ Usage (after ``init_process_group``)::
 from __future__ import annotations
 
 import collections
+import dataclasses
+import datetime
 import json
 import math
 import os
@@ -564,5 +566,35 @@ def attach(
             stacklevel=2,
         )
         return NoopHooks()
+    if config is None and "run_id" not in config_kw and not os.environ.get(env.RUN_ID):
+        cfg = dataclasses.replace(cfg, run_id=shared_run_id(cfg.run_id))
     _ATTACHED = Hooks(cfg, mesh=mesh, mesh_shape=mesh_shape, meta=meta)
     return _ATTACHED
+
+
+RUN_ID_KEY = "ranksight/run_id"
+"""Key of rank 0's run id in the process group's key-value store."""
+
+
+def shared_run_id(mine: str, timeout_s: float = 60.0) -> str:
+    """One run id for every rank of a job launched without ``$RANKSIGHT_RUN_ID``: rank 0
+    puts ``mine`` in the default process group's key-value store (torchrun's rendezvous
+    store, or the one ``init_process_group`` made) and the others read it, waiting up to
+    ``timeout_s``. Where that fails (no store, rank 0 never attached) this rank keeps
+    ``mine``, with a warning: its records then form a run of their own."""
+    try:
+        from torch.distributed import distributed_c10d as c10d
+
+        store = c10d._get_default_store()
+        if dist.get_rank() == 0:
+            store.set(RUN_ID_KEY, mine)
+            return mine
+        store.wait([RUN_ID_KEY], datetime.timedelta(seconds=timeout_s))
+        return store.get(RUN_ID_KEY).decode()
+    except Exception as e:  # noqa: BLE001 - a run id of its own beats a stopped job
+        warnings.warn(
+            f"ranksight: could not read rank 0's run id ({e}); this rank records under "
+            f"{mine}: set RANKSIGHT_RUN_ID to one id for every rank",
+            stacklevel=3,
+        )
+        return mine
