@@ -48,6 +48,9 @@ def analyze(
     if since_s is not None:
         window = since_window(data, since_s)
     if window is not None and not window.whole:
+        first = int(data.steps["step"].min()) if not data.steps.empty else 0
+        if window.first is not None and window.first > first:  # the warm-up is outside it
+            config = dataclasses.replace(config or StragglerConfig(), skip_steps=0)
         data, save = apply_window(data, window), False
     analysis = diagnose(data, config)
     if window is not None and not window.whole:

@@ -113,7 +113,7 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
         findings = desync_findings(data.mismatches, coords, data.usual) + findings
         return Analysis(data.run_id, data.attempt, findings, 0, 0.0, notes)
     if data.ranks.empty or data.steps.empty:
-        notes.append("no step records: nothing to analyze yet")
+        notes.append("no step records in the analyzed steps: nothing to analyze")
         return Analysis(data.run_id, data.attempt, [], 0, 0.0, notes)
     coords = _coords(data.ranks)
     st = step_times(data.steps)

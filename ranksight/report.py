@@ -80,6 +80,15 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
         )
     for note in analysis.notes:
         console.print(f"[dim]note: {note}[/]")
+    if not analysis.findings and not analysis.steps_analyzed:
+        console.print(
+            Panel(
+                "[yellow]Nothing analyzed[/]: no complete step in this window (or none "
+                "recorded yet); no verdict either way.",
+                title="ranksight report",
+            )
+        )
+        return
     if not analysis.findings:
         console.print(
             Panel(
@@ -144,7 +153,9 @@ def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
         "",
     ]
     if not analysis.findings:
-        lines.append("**No culprit found.**")
+        lines.append(
+            "**No culprit found.**" if analysis.steps_analyzed else "**Nothing analyzed.**"
+        )
     for i, f in enumerate(analysis.findings, 1):
         lines += [
             f"## {i}. {f.kind}: {_who(f)}, cause {f.cause}",

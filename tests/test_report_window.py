@@ -48,6 +48,28 @@ def test_a_window_before_the_fault_names_no_one_and_one_after_names_the_rank(slo
     assert after.steps_analyzed < analyze(store, "win", save=False).steps_analyzed
 
 
+def test_a_window_counts_both_ends_and_a_one_step_window_is_analyzed(slow_run):
+    _, store = slow_run
+    whole = analyze(store, "win", save=False).steps_analyzed  # the run's step 0 is warm-up
+    assert whole == 29
+    assert analyze(store, "win", window=StepWindow(0, 3)).steps_analyzed == 3
+    assert analyze(store, "win", window=StepWindow(22, 23)).steps_analyzed == 2
+    assert analyze(store, "win", window=StepWindow(7, 7)).steps_analyzed == 1
+    empty = analyze(store, "win", window=StepWindow(100, 200))
+    assert empty.steps_analyzed == 0 and empty.findings == []
+
+
+def test_report_says_nothing_was_analyzed_for_an_empty_window(slow_run):
+    url, _ = slow_run
+    out = subprocess.run(
+        [sys.executable, "-m", "ranksight.cli", "report", "--store", url, "--run", "win",
+         "--steps", "100:200"], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "Nothing analyzed" in out.stdout and "No culprit found" not in out.stdout
+
+
 def test_report_cli_takes_the_window_and_refuses_both(slow_run):
     url, _ = slow_run
     env = {**os.environ, "COLUMNS": "200"}
