@@ -83,8 +83,8 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
     if not analysis.findings and not analysis.steps_analyzed:
         console.print(
             Panel(
-                "[yellow]Nothing analyzed[/]: no complete step in this window (or none "
-                "recorded yet); no verdict either way.",
+                "[yellow]No step records to compare ranks on[/] in this window (or none "
+                "recorded yet); no hang, crash or desync in what there is.",
                 title="ranksight report",
             )
         )
@@ -154,7 +154,9 @@ def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
     ]
     if not analysis.findings:
         lines.append(
-            "**No culprit found.**" if analysis.steps_analyzed else "**Nothing analyzed.**"
+            "**No culprit found.**"
+            if analysis.steps_analyzed
+            else "**No step records to compare ranks on; no hang, crash or desync.**"
         )
     for i, f in enumerate(analysis.findings, 1):
         lines += [

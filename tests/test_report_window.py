@@ -59,7 +59,7 @@ def test_a_window_counts_both_ends_and_a_one_step_window_is_analyzed(slow_run):
     assert empty.steps_analyzed == 0 and empty.findings == []
 
 
-def test_report_says_nothing_was_analyzed_for_an_empty_window(slow_run):
+def test_report_says_no_steps_were_compared_for_an_empty_window(slow_run):
     url, _ = slow_run
     out = subprocess.run(
         [sys.executable, "-m", "ranksight.cli", "report", "--store", url, "--run", "win",
@@ -67,7 +67,8 @@ def test_report_says_nothing_was_analyzed_for_an_empty_window(slow_run):
         env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "Nothing analyzed" in out.stdout and "No culprit found" not in out.stdout
+    assert "No step records to compare ranks on" in out.stdout
+    assert "No culprit found" not in out.stdout
 
 
 def test_report_cli_takes_the_window_and_refuses_both(slow_run):
