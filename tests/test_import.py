@@ -475,3 +475,19 @@ def test_flight_recorder_rows_are_written_within_the_memory_budget(chdb, tmp_pat
     result = import_paths(chdb, [str(folder)], ImportConfig(run_id="big", memory_mb=16))
     assert len(result.imported) == 8 and result.rows["collectives"] == sum(writes)
     assert sum(1 for n in writes if n) >= 2, writes  # some written before the end
+
+
+def test_truncated_tar_gz_is_named_and_the_rest_imported(chdb, tmp_path) -> None:
+    import tarfile
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    whole = tmp_path / "slow.tar.gz"
+    with tarfile.open(whole, "w:gz") as t:
+        t.add(os.path.join(DATA, "nccl_slow"), arcname="nccl_slow")
+    (folder / "cut.tar.gz").write_bytes(whole.read_bytes()[:2000])  # ends inside a member
+    shutil.copy(os.path.join(DATA, "nccl_hang", "fr_rank0.json.gz"), folder)
+    result = import_paths(chdb, [str(folder)], ImportConfig(run_id="cut"))
+    bad = {os.path.basename(f.path): f.message for f in result.failed}
+    assert "cannot unpack the archive" in bad["cut.tar.gz"], bad
+    assert [(f.kind, f.rank) for f in result.imported] == [("flight_recorder", 0)]

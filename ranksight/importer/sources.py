@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import lzma
 import os
 import re
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 
 from . import nccl_debug, watchdog
@@ -170,7 +172,15 @@ def extract(path: str, into: str) -> str:
         else:
             with tarfile.open(path) as t:
                 t.extractall(dest, filter="data")
-    except (OSError, tarfile.TarError, zipfile.BadZipFile, ValueError) as exc:
+    except (
+        OSError,
+        EOFError,
+        zlib.error,
+        lzma.LZMAError,
+        tarfile.TarError,
+        zipfile.BadZipFile,
+        ValueError,
+    ) as exc:  # EOFError: a truncated .tar.gz/.tar.bz2 (the CLI would say only "Aborted.")
         raise ValueError(f"{path}: cannot unpack the archive: {exc}") from None
     return dest
 
