@@ -7,6 +7,7 @@ Exit codes: 0 ok / no culprit, 3 a culprit was found (``report``, ``demo``), 1 a
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 
@@ -31,13 +32,22 @@ def _fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
-def _open(url: str | None):
+def _open(url: str | None, *, must_exist: bool = False):
+    """The store ``--store`` names, its schema brought up to date. ``must_exist`` (the
+    commands that only read): a chdb folder that is not there is an error, not a new
+    empty store made at a mistyped path."""
     from ranksight.store import StoreError, open_store
     from ranksight.store.url import default_store_url, refuse_password
 
     try:
         refuse_password(url)
         store = open_store(url or default_store_url())
+        folder = getattr(store, "folder", None)
+        if must_exist and folder is not None and not os.path.isdir(folder):
+            _fail(
+                f"no store at {folder} (--store {url or default_store_url()!r}): check the "
+                "path, or record a run there first (e.g. 'ranksight demo --store ...')"
+            )
         store.init_schema()
         return store
     except StoreError as e:
@@ -100,7 +110,7 @@ def report(
         _fail(str(e), 2)
     if window is not None and since_s is not None:
         _fail("give --steps or --since, not both", 2)
-    s = _open(store)
+    s = _open(store, must_exist=True)
 
     def once():
         try:
@@ -151,7 +161,7 @@ def runs(store: str = StoreOpt) -> None:
 
     from ranksight.analyzer import list_runs
 
-    frame = list_runs(_open(store))
+    frame = list_runs(_open(store, must_exist=True))
     if frame.empty:
         console.print("no runs in this store yet (try 'ranksight demo')")
         return

@@ -52,9 +52,21 @@ def test_unreachable_server_is_named(tmp_path):
 
 
 def test_unknown_run_id(tmp_path):
+    from ranksight.store import open_store
+
+    open_store(str(tmp_path / "s")).init_schema()
     out = cli("report", "--run", "no-such-run", "--store", str(tmp_path / "s"), home=str(tmp_path))
     assert out.returncode == 1
     assert "unknown run 'no-such-run'" in one_error_line(out)
+
+
+@pytest.mark.parametrize("command", [("runs",), ("report", "--run", "x")])
+def test_a_missing_store_folder_is_an_error_not_a_new_store(tmp_path, command):
+    missing = tmp_path / "typo" / "store"
+    out = cli(*command, "--store", str(missing), home=str(tmp_path))
+    assert out.returncode == 1
+    assert f"no store at {missing}" in one_error_line(out)
+    assert not (tmp_path / "typo").exists()
 
 
 def test_password_never_printed(tmp_path):
