@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import sys
 
 import typer
 
@@ -102,8 +103,13 @@ def fr_import(
 
     s = _open(store)
     host = socket.gethostname()
+    unread = 0
     for path in paths:
         dump = read_dump(path)
+        if not dump.format:  # nothing in it could be read: say so, store nothing
+            unread += 1
+            print(f"{path}: not stored: {'; '.join(dump.problems)}", file=sys.stderr)
+            continue
         rows = dump_rows(dump, run_id=run, attempt=attempt, host=host, ts_ns=time.time_ns())
         try:
             for table, items in rows.items():
@@ -114,3 +120,5 @@ def fr_import(
         print(
             f"{path}: rank {dump.rank}, version {dump.version or '?'}, {len(dump.entries)} entries: {note}"
         )
+    if unread:
+        _fail(f"{unread} of {len(paths)} files could not be read as Flight Recorder dumps")

@@ -249,6 +249,11 @@ def agent(
     if once:
         n = a.drain()
         console.print(f"shipped {n} records ({a.stats.rejected} rejected)")
+        if a.stats.store_errors:
+            _fail(
+                f"the store did not take everything ({a.stats.last_error}); what was not "
+                "stored stays in the disk buffer for the next run"
+            )
         return
     try:
         collection = start_collection(a.store, spool or default_spool_dir(), collectors, stall_s)
