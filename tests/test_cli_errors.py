@@ -93,3 +93,18 @@ def test_bad_report_format(tmp_path):
         home=str(tmp_path),
     )
     assert out.returncode == 2 and "yaml" in one_error_line(out)
+
+
+def test_agent_once_with_the_store_down_exits_1_and_keeps_the_records(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    out = cli("agent", "--once", "--spool", str(spool), "--collectors", "none",
+              "--store", f"clickhouse://127.0.0.1:{port}/db", home=str(tmp_path))  # fmt: skip
+    assert out.returncode == 1
+    assert f"cannot reach ClickHouse at 127.0.0.1:{port}" in out.stderr
+    assert "stays in the disk buffer" in out.stderr
