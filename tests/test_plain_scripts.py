@@ -80,3 +80,30 @@ def test_ranks_launched_without_a_run_id_share_rank_0s(tmp_path):
     frames = read_spool(spool)
     assert sorted(frames["steps"]["rank"].unique()) == [0, 1]
     assert set(frames["steps"]["run_id"]) == {runs[0]}
+
+
+def test_ddp_end_of_backward_wait_is_blocked_time_so_the_slow_rank_stands_out(tmp_path):
+    """DDP's reducer waits for the buckets in C++ at the end of backward: the hooks must
+    still count that as blocked, or the waiting rank's backward looks like slow compute
+    as long as the slow rank's forward (and the analysis names no one)."""
+    from ranksight.analyzer import analyze
+    from ranksight.store import open_store
+
+    spool = str(tmp_path / "spool")
+    env = {**os.environ, "RANKSIGHT_SPOOL_DIR": spool, "RANKSIGHT_RUN_ID": "ddp-slow",
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           WORKER, "ddp", "slow"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    frames = read_spool(spool)
+    ph = frames["phases"]
+    back = ph[(ph["phase"] == "backward") & (ph["rank"] == 0) & (ph["step"] >= 2)]
+    assert len(back) == 10
+    assert (back["wait_ns"] >= 0.8 * (back["end_ns"] - back["start_ns"])).all(), back
+    assert (back["wait_ns"] > 100e6).all(), back  # it waited out rank 1's 150 ms
+    store = open_store(str(tmp_path / "store"))
+    store.init_schema()
+    for table, frame in frames.items():
+        store.insert(table, frame)
+    assert [f.culprit_rank for f in analyze(store, "ddp-slow", save=False).findings] == [1]

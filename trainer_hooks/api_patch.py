@@ -219,10 +219,17 @@ def patch_api(log: CollectiveLog) -> Callable[[], None]:
     return undo
 
 
-def instrument_ddp(model: Any) -> None:
+def instrument_ddp(model: Any, log: CollectiveLog | None = None) -> None:
     """Route a DDP model's gradient all_reduce through ``dist.all_reduce`` (the stock
     ``allreduce_hook`` as a comm hook) so the default level sees every bucket. Raises
-    TypeError if ``model`` is not DistributedDataParallel."""
+    TypeError if ``model`` is not DistributedDataParallel.
+
+    With ``log``, the time the training thread blocks at the end of backward for the
+    buckets (DDP's reducer waits for them in C++, where no Python wait is seen) is added
+    to the blocked clock, so the backward phase's ``wait_ns`` holds it: from the last
+    bucket's hook (the rank's backward compute is done) to the end of DDP's own
+    end-of-backward callback, measured by a callback queued behind it."""
+    import torch
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
@@ -230,4 +237,31 @@ def instrument_ddp(model: Any) -> None:
         raise TypeError(
             f"instrument_ddp needs a DistributedDataParallel, got {type(model).__name__}"
         )
-    model.register_comm_hook(None, default_hooks.allreduce_hook)
+    if log is None:
+        model.register_comm_hook(None, default_hooks.allreduce_hook)
+        return
+    state = {"last": 0, "queued": False}
+    engine = torch.autograd.Variable._execution_engine
+
+    def finished() -> None:  # after DDP's own end-of-backward wait for every bucket
+        state["queued"] = False
+        if state["last"]:
+            log.clock.total_ns += max(0, time.time_ns() - state["last"])
+
+    def then_finished() -> None:
+        # DDP queues its end-of-backward callback when the last bucket is ready (after
+        # this one was queued): a callback queued now runs after it
+        engine.queue_callback(finished)
+
+    def allreduce_hook(process_group, bucket):  # noqa: ANN001, ANN202 - DDP checks annotations
+        fut = default_hooks.allreduce_hook(process_group, bucket)
+        try:
+            state["last"] = time.time_ns()
+            if not state["queued"]:
+                engine.queue_callback(then_finished)
+                state["queued"] = True
+        except Exception as e:  # never break the backward pass
+            log.note_error(e)
+        return fut
+
+    model.register_comm_hook(None, allreduce_hook)

@@ -449,9 +449,10 @@ class Hooks:
 
     def instrument_ddp(self, model: Any) -> None:
         """Make a DistributedDataParallel model's bucket all_reduces visible to the
-        default level (installs the stock all_reduce comm hook). Raises TypeError for a
-        model that is not DDP."""
-        instrument_ddp(model)
+        default level (installs the stock all_reduce comm hook), and the time backward
+        waits for them at its end visible as blocked time. Raises TypeError for a model
+        that is not DDP."""
+        instrument_ddp(model, self._log)
 
     def close(self, status: str = "finished") -> dict[str, int]:
         """Stop recording, write what is buffered, and (rank 0) mark the run ``status``.

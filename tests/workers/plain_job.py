@@ -1,7 +1,9 @@
 """A plain training script (no reference trainer) with the hooks: a small MLP trained with
-DDP or FSDP2 on 2 gloo ranks. Run: torchrun --nproc-per-node 2 plain_job.py ddp|fsdp"""
+DDP or FSDP2 on 2 gloo ranks. Run: torchrun --nproc-per-node 2 plain_job.py ddp|fsdp [slow]
+(slow: rank 1 sleeps 150 ms in forward from step 2)."""
 
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -10,6 +12,7 @@ from torch import nn
 from ranksight import trainer_hooks
 
 mode = sys.argv[1]
+slow = len(sys.argv) > 2 and sys.argv[2] == "slow"
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)
@@ -27,11 +30,13 @@ else:
     fully_shard(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 gen = torch.Generator().manual_seed(rank)
-for step in range(4):
+for step in range(12 if slow else 4):
     with hooks.step(step) as s:
         with hooks.phase("data_wait"):
             x = torch.randn(32, 64, generator=gen)
         with hooks.phase("forward"):
+            if slow and rank == 1 and step >= 2:  # a straggler: the others wait in backward
+                time.sleep(0.15)
             loss = model(x).pow(2).mean()
         with hooks.phase("backward"):
             loss.backward()
