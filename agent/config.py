@@ -72,7 +72,8 @@ class AgentConfig:
             raise ValueError(f"buffer_bytes must be >= 65536, got {self.buffer_bytes}")
         if self.drop_policy not in DROP_POLICIES:
             raise ValueError(
-                f"drop_policy {self.drop_policy!r} is not one of {', '.join(DROP_POLICIES)}"
+                f"drop policy (--drop) {self.drop_policy!r} is not one of "
+                f"{', '.join(DROP_POLICIES)}"
             )
         for name in (
             "retry_max_s", "settle_s", "stats_interval_s", "drain_timeout_s", "shipper_idle_s"

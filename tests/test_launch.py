@@ -72,7 +72,7 @@ def test_bad_launch_options_are_named():
         LaunchConfig(command=("x",), level="loud")
     with pytest.raises(ValueError, match="--run-id 'a/b'"):
         LaunchConfig(command=("x",), run_id="a/b")
-    with pytest.raises(ValueError, match="RANKSIGHT_MESH 'dp=2,zz=2'"):
+    with pytest.raises(ValueError, match="--mesh 'dp=2,zz=2'"):
         LaunchConfig(command=("x",), mesh="dp=2,zz=2")
 
 
