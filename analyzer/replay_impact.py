@@ -47,8 +47,35 @@ def straggler_impacts(
             )
             out.append(f)
             continue
+        measured = _measured_step_ms(data.steps, r.ranks, steps)
+        replayed = float(r.step_ns_now.mean()) / 1e6
+        if measured > 0 and abs(replayed / measured - 1.0) > MAX_REPLAY_ERROR:
+            notes.append(
+                f"what-if replay for rank {f.culprit_rank} not used (it replays the step in "
+                f"{replayed:.0f} ms where {measured:.0f} ms was measured: it does not model "
+                "this run): impact estimated from its excess time"
+            )
+            out.append(f)
+            continue
         out.append(with_replay(f, r, steps))
     return out, notes
+
+
+MAX_REPLAY_ERROR = 0.25
+"""A replay whose step time with nothing changed is further than this share from the
+measured step time of the same ranks and steps does not model the run well enough for
+its counterfactual to be believed (e.g. work that overlapped in the run replayed one
+after the other): the impact then stays the excess-time estimate."""
+
+
+def _measured_step_ms(steps: pd.DataFrame, ranks: list[int], numbers: list[int]) -> float:
+    """Mean over ``numbers`` of the step's span over ``ranks`` (first start to last end,
+    ms), as the replay measures its steps; 0 if none."""
+    rows = steps[steps["rank"].isin(ranks) & steps["step"].isin(numbers)]
+    if rows.empty:
+        return 0.0
+    g = rows.groupby("step")
+    return float((g["end_ns"].max() - g["start_ns"].min()).mean()) / 1e6
 
 
 def _replay(f: Finding, data, coords: pd.DataFrame, peers: list[int]):
