@@ -100,3 +100,26 @@ def test_a_few_slow_ranks_in_a_stage_are_no_imbalance():
     assert find_imbalance(two_slow, stage, cfg) is None
     one_rank_stages = pd.Series([100.0, 150.0])
     assert find_imbalance(one_rank_stages, pd.Series([0, 1]), cfg) is None
+
+
+def test_a_replay_that_does_not_reproduce_the_measured_step_is_not_used(chdb_store, monkeypatch):
+    """Where replaying the run as it was gives a step far from the measured one, its
+    counterfactual is not believed: the excess-time estimate stays, with a note."""
+    import dataclasses
+
+    from ranksight.analyzer import replay_impact
+
+    fault = f"slow:rank=9,factor=2.0,from_step={ONSET}"
+    faulty = SynthConfig(**SHAPE, faults=(fault,))
+    write_synthetic(chdb_store, faulty)
+    real = replay_impact._replay
+
+    def off_by_2_5x(f, data, coords, peers):
+        r, steps = real(f, data, coords, peers)
+        return dataclasses.replace(r, step_ns_now=r.step_ns_now * 2.5), steps
+
+    monkeypatch.setattr(replay_impact, "_replay", off_by_2_5x)
+    analysis = analyze(chdb_store, faulty.run_id, save=False)
+    [f] = analysis.findings
+    assert f.culprit_rank == 9 and "whatif" not in f.evidence and f.impact_pct > 0
+    assert any("replay for rank 9 not used" in n and "does not model" in n for n in analysis.notes)
