@@ -203,17 +203,23 @@ def _rank_strip(h: Heatmap) -> dict:
         rank = -1 if pick[i] is None else pick[i]
         value = [round(float(np.nan_to_num(mean[i])), 2), i, rank, ticks[i]]
         data.append({"value": value, "itemStyle": {"color": CULPRIT}} if i in marked else value)
+    tip = "{@[3]}<br>mean {@[0]} ms per step<br>click: select rank {@[2]}"
+    return _strip("rank strip", 1, tip, data)
+
+
+def _strip(name: str, axis: int, tooltip: str, data: list) -> dict:
+    """A clickable bar series beside the heatmap (``axis``: its x/y axis index)."""
     return {
         "type": "bar",
-        "name": "rank strip",
-        "xAxisIndex": 1,
-        "yAxisIndex": 1,
+        "name": name,
+        "xAxisIndex": axis,
+        "yAxisIndex": axis,
         "encode": {"x": 0, "y": 1},
         "barCategoryGap": "10%",
         "itemStyle": {"color": STRIP},
         "selectedMode": "single",
         "select": {"itemStyle": {"borderColor": SELECTED, "borderWidth": 2}},
-        "tooltip": {"formatter": "{@[3]}<br>mean {@[0]} ms per step<br>click: select rank {@[2]}"},
+        "tooltip": {"formatter": tooltip},
         "data": data,
     }
 
@@ -231,19 +237,9 @@ def _step_strip(h: Heatmap) -> dict:
     rows, cols = h.shape
     peak = np.nanmax(np.nan_to_num(h.vmax_ms, nan=0.0), axis=0) if rows else np.zeros(cols)
     head = "step {@[2]}" if h.step_bin == 1 else f"steps {{@[2]}} to {{@[2]}}+{h.step_bin - 1}"
-    return {
-        "type": "bar",
-        "name": "step strip",
-        "xAxisIndex": 2,
-        "yAxisIndex": 2,
-        "encode": {"x": 0, "y": 1},
-        "barCategoryGap": "10%",
-        "itemStyle": {"color": STRIP},
-        "selectedMode": "single",
-        "select": {"itemStyle": {"borderColor": SELECTED, "borderWidth": 2}},
-        "tooltip": {"formatter": head + ": largest {@[1]} ms<br>click: select this step"},
-        "data": [[j, round(float(peak[j]), 2), int(h.col_steps[j])] for j in range(cols)],
-    }
+    tip = head + ": largest {@[1]} ms<br>click: select this step"
+    data = [[j, round(float(peak[j]), 2), int(h.col_steps[j])] for j in range(cols)]
+    return _strip("step strip", 2, tip, data)
 
 
 def _tick_labels(h: Heatmap) -> list[str]:
