@@ -17,6 +17,25 @@ from rich.console import Console
 from ranksight import report as rep
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
+
+
+def _version(value: bool) -> None:
+    if value:
+        from ranksight import __version__
+
+        print(f"ranksight {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
+    """Find the slow rank, the slow link and the stuck rank of a distributed PyTorch job."""
+
+
 console = Console()
 err = Console(stderr=True, soft_wrap=True)  # one error, one line
 

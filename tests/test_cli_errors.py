@@ -108,3 +108,10 @@ def test_agent_once_with_the_store_down_exits_1_and_keeps_the_records(tmp_path):
     assert out.returncode == 1
     assert f"cannot reach ClickHouse at 127.0.0.1:{port}" in out.stderr
     assert "stays in the disk buffer" in out.stderr
+
+
+def test_version(tmp_path):
+    from ranksight import __version__
+
+    out = cli("--version", home=str(tmp_path))
+    assert out.returncode == 0 and out.stdout.strip() == f"ranksight {__version__}"
