@@ -56,21 +56,15 @@ def blackbox_path(spool_file: str, rank: int) -> str:
     return os.path.join(os.path.dirname(spool_file), f"blackbox-rank{rank:05d}-{os.getpid()}.bin")
 
 
-_ENCODED: dict[tuple[Any, int], bytes] = {}
 _TEXT: dict[tuple[Any, ...], tuple[bytes, ...]] = {}
-"""(group id, op, dtype, phase, group ranks) -> their encoded slot fields."""
+"""(group id, op, dtype, phase, group ranks) -> their encoded slot fields: the few
+distinct combinations are encoded once."""
 
 
 def _b(s: Any, n: int) -> bytes:
-    """``s`` as at most ``n`` UTF-8 bytes (empty when longer); the few distinct values
-    (group ids, ops, dtypes, phases) are encoded once."""
-    b = _ENCODED.get((s, n))
-    if b is None:
-        b = str(s).encode("utf-8", "replace")
-        b = b if len(b) <= n else b""
-        if len(_ENCODED) < 4096:
-            _ENCODED[(s, n)] = b
-    return b
+    """``s`` as at most ``n`` UTF-8 bytes (empty when longer)."""
+    b = str(s).encode("utf-8", "replace")
+    return b if len(b) <= n else b""
 
 
 class BlackBox:

@@ -53,7 +53,7 @@ def _number(x: Any) -> float:
     warning that says to pass a Python number."""
     if x is None:
         return math.nan
-    if getattr(x, "is_cuda", False) or getattr(getattr(x, "device", None), "type", "cpu") != "cpu":
+    if getattr(getattr(x, "device", None), "type", "cpu") != "cpu":
         if not _warned_device_value:
             _warned_device_value.append(True)
             warnings.warn(
