@@ -11,20 +11,15 @@ from ranksight.mesh import MeshAxis
 def group_axis(member_ranks: list[int], coords: pd.DataFrame) -> str:
     """The axis a group spans: ``"tp"``, ``"dp"`` or ``"pp"`` when its members differ in
     exactly that coordinate, ``"world"`` when it holds every rank, else ``"mixed"``.
-    ``coords`` is indexed by rank with columns dp, tp, pp; unknown ranks give ``"mixed"``."""
-    if len(member_ranks) == len(coords) and set(member_ranks) == set(coords.index):
-        return "world"
-    try:
-        sub = coords.loc[member_ranks]
-    except KeyError:
-        return "mixed"
-    varying = [a.value for a in MeshAxis if sub[a.value].nunique() > 1]
-    return varying[0] if len(varying) == 1 else "mixed"
+    ``coords`` is indexed by rank with columns dp, tp, pp; unknown ranks give ``"mixed"``.
+    One group of :func:`group_axes`."""
+    one = pd.DataFrame({"group_id": ["g"], "group_ranks": [",".join(map(str, member_ranks))]})
+    return group_axes(one, coords)["g"]
 
 
 def group_axes(groups: pd.DataFrame, coords: pd.DataFrame) -> dict[str, str]:
-    """``{group_id: axis}`` for a frame with columns group_id, group_ranks ("0,1,...").
-    Same answers as :func:`group_axis`, with the coordinates looked up in numpy arrays
+    """``{group_id: axis}`` for a frame with columns group_id, group_ranks ("0,1,..."),
+    each as :func:`group_axis` says, with the coordinates looked up in numpy arrays
     (thousands of groups at 16k ranks)."""
     axes = [a.value for a in MeshAxis]
     rank_set = set(int(r) for r in coords.index)
