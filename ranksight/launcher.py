@@ -95,10 +95,7 @@ class LaunchConfig:
         if self.mesh:
             from ranksight.trainer_hooks.autoattach import parse_mesh
 
-            try:
-                parse_mesh(self.mesh)
-            except ValueError as e:  # its message names the variable the ranks read
-                raise ValueError(str(e).replace(f"${env.MESH} ", "--mesh ", 1)) from None
+            parse_mesh(self.mesh, "--mesh")
         if self.grace_s < 0:
             raise ValueError(f"--grace-s must be >= 0, got {self.grace_s}")
 

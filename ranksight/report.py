@@ -80,23 +80,15 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
         )
     for note in analysis.notes:
         console.print(f"[dim]note: {note}[/]")
-    if not analysis.findings and not analysis.steps_analyzed:
-        console.print(
-            Panel(
-                "[yellow]No step records to compare ranks on[/] in this window (or none "
-                "recorded yet); no hang, crash or desync in what there is.",
-                title="ranksight report",
-            )
-        )
-        return
     if not analysis.findings:
-        console.print(
-            Panel(
-                "[green]No culprit found[/]: every rank is within the threshold of its "
-                "same-stage peers.",
-                title="ranksight report",
-            )
+        verdict = (
+            "[green]No culprit found[/]: every rank is within the threshold of its "
+            "same-stage peers."
+            if analysis.steps_analyzed
+            else "[yellow]No step records to compare ranks on[/] in this window (or none "
+            "recorded yet); no hang, crash or desync in what there is."
         )
+        console.print(Panel(verdict, title="ranksight report"))
         return
     for i, f in enumerate(analysis.findings, 1):
         title = (

@@ -60,15 +60,16 @@ AUTOLOAD_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "autoloa
 _state: dict[str, Any] = {"installed": False, "hooks": None}
 
 
-def parse_mesh(text: str) -> dict[str, int]:
+def parse_mesh(text: str, where: str = f"${env.MESH}") -> dict[str, int]:
     """``"dp=2,pp=2,tp=2"`` -> ``{"dp": 2, "pp": 2, "tp": 2}``. Raises ValueError naming
-    ``RANKSIGHT_MESH`` and what is wrong (unknown axis, not a positive integer)."""
+    ``where`` the text came from (``$RANKSIGHT_MESH``, a flag) and what is wrong (unknown
+    axis, not a positive integer)."""
     shape: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, _, value = part.partition("=")
         if name not in ("dp", "tp", "pp") or not value.isdigit() or int(value) < 1:
             raise ValueError(
-                f"${env.MESH} {text!r}: want axis=size pairs like dp=2,pp=2,tp=2 "
+                f"{where} {text!r}: want axis=size pairs like dp=2,pp=2,tp=2 "
                 f"(axes dp, tp, pp; sizes >= 1), got {part!r}"
             )
         shape[name] = int(value)
