@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from ranksight.store.server import free_port
+
 
 def cli(*args: str, home: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "RANKSIGHT_HOME": home}
@@ -39,11 +41,7 @@ def test_garbage_store_url(tmp_path, url):
 
 
 def test_unreachable_server_is_named(tmp_path):
-    import socket
-
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens on it
     out = cli(
         "report", "--run", "x", "--store", f"clickhouse://127.0.0.1:{port}/db", home=str(tmp_path)
     )
@@ -96,11 +94,7 @@ def test_bad_report_format(tmp_path):
 
 
 def test_agent_once_with_the_store_down_exits_1_and_keeps_the_records(tmp_path):
-    import socket
-
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens on it
     spool = tmp_path / "spool"
     spool.mkdir()
     out = cli("agent", "--once", "--spool", str(spool), "--collectors", "none",
