@@ -26,6 +26,17 @@ CASES = [
 ]
 
 
+def run_plain_job(spool: str, *args: str, **env: str) -> None:
+    """torchrun 2 ranks of the plain job (``args``: its mode and options) writing to
+    ``spool``, with ``env`` added (a value None removes the variable); asserts it exits 0."""
+    full = {**os.environ, "RANKSIGHT_SPOOL_DIR": spool, "OMP_NUM_THREADS": "1", **env}
+    full = {k: v for k, v in full.items() if v is not None}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           WORKER, *args]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=full)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+
+
 def _by_op(counts: dict[str, int]) -> dict[str, int]:
     out: dict[str, int] = {}
     for name, n in counts.items():
@@ -38,12 +49,8 @@ def _by_op(counts: dict[str, int]) -> dict[str, int]:
 @pytest.mark.parametrize(("mode", "level", "op", "complete"), CASES)
 def test_plain_script_collectives_are_all_seen(tmp_path, mode, level, op, complete):
     spool = str(tmp_path / "spool")
-    env = {**os.environ, "RANKSIGHT_SPOOL_DIR": spool, "RANKSIGHT_RUN_ID": mode,
-           "RANKSIGHT_VERIFY_COUNTS": "1", "RANKSIGHT_LEVEL": level, "OMP_NUM_THREADS": "1"}  # fmt: skip
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           WORKER, mode]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    run_plain_job(spool, mode, RANKSIGHT_RUN_ID=mode, RANKSIGHT_VERIFY_COUNTS="1",
+                  RANKSIGHT_LEVEL=level)  # fmt: skip
     paths = glob.glob(os.path.join(spool, mode, "a0", "counts-rank*.json"))
     assert len(paths) == 2
     for path in paths:
@@ -69,12 +76,7 @@ def test_plain_script_collectives_are_all_seen(tmp_path, mode, level, op, comple
 
 def test_ranks_launched_without_a_run_id_share_rank_0s(tmp_path):
     spool = str(tmp_path / "spool")
-    env = {k: v for k, v in os.environ.items() if k != "RANKSIGHT_RUN_ID"}
-    env.update(RANKSIGHT_SPOOL_DIR=spool, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           WORKER, "ddp"]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    run_plain_job(spool, "ddp", RANKSIGHT_RUN_ID=None)
     runs = os.listdir(spool)
     assert len(runs) == 1 and runs[0].startswith("run-"), runs
     frames = read_spool(spool)
@@ -90,12 +92,7 @@ def test_ddp_end_of_backward_wait_is_blocked_time_so_the_slow_rank_stands_out(tm
     from ranksight.store import open_store
 
     spool = str(tmp_path / "spool")
-    env = {**os.environ, "RANKSIGHT_SPOOL_DIR": spool, "RANKSIGHT_RUN_ID": "ddp-slow",
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           WORKER, "ddp", "slow"]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    run_plain_job(spool, "ddp", "slow", RANKSIGHT_RUN_ID="ddp-slow")
     frames = read_spool(spool)
     ph = frames["phases"]
     back = ph[(ph["phase"] == "backward") & (ph["rank"] == 0) & (ph["step"] >= 2)]
