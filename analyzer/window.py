@@ -75,12 +75,19 @@ def parse_steps(spec: str) -> StepWindow:
 
 
 def parse_since(spec: str) -> float:
-    """``"90"``/``"90s"``, ``"10m"``, ``"2h"``, ``"1d"`` as seconds. Raises ValueError
-    naming the spec otherwise, or for zero."""
+    """``"90s"``, ``"10m"``, ``"2h"``, ``"1d"`` (a positive number, decimals allowed, and
+    a unit: s, m, h or d) as seconds. Raises ValueError naming the spec otherwise: for
+    zero, and for a bare number, whose unit would be a guess."""
     m = _SINCE.match(spec)
     if not m or float(m.group(1)) <= 0:
         raise ValueError(f"--since {spec!r}: expected a positive duration like 90s, 10m, 2h, 1d")
-    return float(m.group(1)) * _UNIT_S[m.group(2) or "s"]
+    if m.group(2) is None:
+        n = m.group(1)
+        raise ValueError(
+            f"--since {spec!r}: a number needs a unit: {n}s, {n}m, {n}h or {n}d "
+            "(seconds, minutes, hours, days)"
+        )
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
 
 
 def since_window(data: RunData, seconds: float, now_ns: int | None = None) -> StepWindow:

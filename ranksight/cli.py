@@ -107,7 +107,9 @@ def report(
     format: str = typer.Option("text", help="text, json or markdown"),
     save: bool = typer.Option(True, help="store the findings for the UI"),
     steps: str = typer.Option(None, help="only these steps: A:B, A:, :B or N"),
-    since: str = typer.Option(None, help="only the steps of the last 90s, 10m, 2h, 1d"),
+    since: str = typer.Option(
+        None, help="only the steps of the last 90s, 10m, 2h or 1d (s, m, h, d: a unit is required)"
+    ),
     watch: bool = typer.Option(
         False,
         "--watch",

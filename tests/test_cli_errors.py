@@ -109,3 +109,10 @@ def test_version(tmp_path):
 
     out = cli("--version", home=str(tmp_path))
     assert out.returncode == 0 and out.stdout.strip() == f"ranksight {__version__}"
+
+
+def test_since_without_a_unit_is_a_usage_error(tmp_path):
+    out = cli("report", "--run", "x", "--since", "10", "--store", str(tmp_path), home=str(tmp_path))
+    assert out.returncode == 2
+    line = one_error_line(out)
+    assert "--since '10'" in line and "10s, 10m, 10h or 10d" in line

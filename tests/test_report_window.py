@@ -21,7 +21,10 @@ def test_window_and_duration_specs():
     for bad in ("a:b", "7:3", "-1:"):
         with pytest.raises(ValueError, match="--steps|empty"):
             parse_steps(bad)
-    assert parse_since("90") == 90 and parse_since("10m") == 600 and parse_since("2h") == 7200
+    assert parse_since("90s") == 90 and parse_since("10m") == 600 and parse_since("2h") == 7200
+    assert parse_since("1.5d") == 129600 and parse_since(" 30 s ") == 30
+    with pytest.raises(ValueError, match=r"--since '10': a number needs a unit: 10s, 10m, 10h"):
+        parse_since("10")  # a bare number is not taken as seconds
     for bad in ("0s", "ten minutes", "5y"):
         with pytest.raises(ValueError, match="--since"):
             parse_since(bad)
