@@ -1,11 +1,13 @@
 """The ``ranksight`` command: a thin layer over the library APIs.
 
 Exit codes: 0 ok / no culprit, 3 a culprit was found (``report``, ``demo``), 1 an error
-(bad store, unknown run, failed job), 2 a usage error.
+(bad store, unknown run, failed job), 2 a usage error, 141 stdout was closed before all was
+printed (``ranksight report ... | head``; quiet, as git and coreutils end on SIGPIPE).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -364,12 +366,28 @@ def _register_extra_commands() -> None:
 _register_extra_commands()
 
 
+def _stdout_closed(exc: BaseException) -> bool:
+    """Whether ``exc`` ends the command because stdout's reader went away: an EPIPE
+    write error, or the exit typer (on EPIPE) or rich (on BrokenPipeError) makes of one,
+    which carries it as its context."""
+    return any(isinstance(e, OSError) and e.errno == errno.EPIPE for e in (exc, exc.__context__))
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. A closed stdout (``| head``) ends any command quietly
+    with exit 141 (128 + SIGPIPE, what git and coreutils report), not a traceback or 1."""
     try:
-        app()
+        try:
+            app()
+        finally:
+            sys.stdout.flush()  # what print() left buffered fails here, not at exit
     except KeyboardInterrupt:
         sys.exit(130)
+    except (SystemExit, OSError) as e:
+        if not _stdout_closed(e):
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to fail
+        sys.exit(141)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,20 @@ def cli(*args: str, home: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.fixture(scope="module")
+def run_store(tmp_path_factory) -> str:
+    """A chdb store with one small synthetic run, ``slow``, whose rank 3 is slow."""
+    from ranksight.store import open_store
+    from ranksight.synthetic import SynthConfig, write_synthetic
+
+    url = str(tmp_path_factory.mktemp("store"))
+    store = open_store(url)
+    store.init_schema()
+    cfg = SynthConfig(dp=2, tp=2, pp=2, steps=12, run_id="slow", faults=("slow:rank=3,factor=2",))
+    write_synthetic(store, cfg)
+    return url
+
+
 def one_error_line(out: subprocess.CompletedProcess) -> str:
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, out.stderr
@@ -116,3 +130,22 @@ def test_since_without_a_unit_is_a_usage_error(tmp_path):
     assert out.returncode == 2
     line = one_error_line(out)
     assert "--since '10'" in line and "10s, 10m, 10h or 10d" in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--help",), ("runs",), ("report", "--run", "slow"),
+     ("report", "--run", "slow", "--format", "json"),
+     ("report", "--run", "slow", "--format", "markdown")],
+)  # fmt: skip
+def test_a_closed_stdout_ends_quietly(tmp_path, run_store, args):
+    """``ranksight ... | head`` once head has gone: exit 141 (as git), nothing on stderr."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write to stdout fails with EPIPE
+    env = {**os.environ, "RANKSIGHT_HOME": str(tmp_path), "RANKSIGHT_STORE": run_store}
+    try:
+        out = subprocess.run([sys.executable, "-m", "ranksight.cli", *args], stdout=write_end,
+                             stderr=subprocess.PIPE, text=True, timeout=120, env=env)  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert (out.returncode, out.stderr) == (141, "")
