@@ -47,7 +47,7 @@ def stacks(
     store: str = typer.Option(
         None, "--store", help="store URL (default $RANKSIGHT_STORE or ./.ranksight/store)"
     ),
-    native: bool = typer.Option(False, help="also show native frames (slower)"),
+    native: bool = typer.Option(False, "--native", help="also show native frames (slower)"),
     format: str = typer.Option("text", help="text or json"),
 ) -> None:
     """Dump the Python stacks of RUN's ranks on this node now (py-spy), store and print them."""

@@ -21,6 +21,26 @@ from ranksight import report as rep
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
 
 
+def _flags_show_no_type() -> None:
+    """In --help, an on/off flag (``--watch``, ``--save/--no-save``, ``--help``) shows no
+    value type. typer's rich help (0.2x) labels each one ``<bool>`` as if it took a value;
+    click's plain help and older typer show none. Versions without the hook are left as
+    they are."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None:
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag and not self.count else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_show_no_type()
+
+
 def _version(value: bool) -> None:
     if value:
         from ranksight import __version__
@@ -212,7 +232,7 @@ def agent(
     ),
     store: str = StoreOpt,
     interval: float = typer.Option(1.0, min=0.05, help="seconds between batches"),
-    once: bool = typer.Option(False, help="ship what is there and exit"),
+    once: bool = typer.Option(False, "--once", help="ship what is there and exit"),
     batch_rows: int = typer.Option(200_000, min=1, help="most records in one batch"),
     buffer_dir: str = typer.Option(None, help="disk buffer folder (default: under the spool)"),
     buffer_mb: int = typer.Option(1024, min=1, help="disk buffer bound, MiB"),

@@ -10,7 +10,7 @@ import typer
 
 def faultmatrix(
     scenarios: str = typer.Option(None, help="comma-separated scenario names (default: all)"),
-    quick: bool = typer.Option(False, help="the CI subset (clean, slow, crash)"),
+    quick: bool = typer.Option(False, "--quick", help="the CI subset (clean, slow, crash)"),
     home: str = typer.Option(
         None, help="work folder: spool, logs, store (default $RANKSIGHT_HOME/faultmatrix)"
     ),

@@ -17,7 +17,9 @@ def migrate_command(
     store: str = typer.Option(
         None, "--store", help="store URL (default $RANKSIGHT_STORE or ./.ranksight/store)"
     ),
-    dry_run: bool = typer.Option(False, help="print what would be done, change nothing"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="print what would be done, change nothing"
+    ),
 ) -> None:
     """Bring the store's tables up to this ranksight's schema (additions only)."""
     try:
@@ -52,7 +54,9 @@ def init_command(
         help="ReplicatedMergeTree local tables (needs ZooKeeper/Keeper); default: when a "
         "shard has several replicas",
     ),
-    dry_run: bool = typer.Option(False, help="print what would be done, change nothing"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="print what would be done, change nothing"
+    ),
 ) -> None:
     """Create the store's tables (on every node of --cluster), or add what is missing."""
     from ranksight.store.cluster import init_cluster

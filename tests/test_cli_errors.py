@@ -149,3 +149,28 @@ def test_a_closed_stdout_ends_quietly(tmp_path, run_store, args):
     finally:
         os.close(write_end)
     assert (out.returncode, out.stderr) == (141, "")
+
+
+def _command_paths(command, path=()):
+    """Every command of the ``ranksight`` click tree, as argument tuples."""
+    yield path
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _command_paths(sub, (*path, name))
+
+
+def test_help_shows_no_type_for_on_off_flags():
+    import typer
+    from typer.testing import CliRunner
+
+    from ranksight.cli import app
+
+    runner = CliRunner()
+    paths = list(_command_paths(typer.main.get_command(app)))
+    assert ("agent",) in paths and ("db", "init") in paths
+    for path in paths:
+        out = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert out.exit_code == 0, (path, out.output)
+        assert "<bool>" not in out.output, (path, out.output)
+    agent_help = runner.invoke(app, ["agent", "--help"], env={"COLUMNS": "200"}).output
+    assert "--once" in agent_help and "--no-once" not in agent_help
+    assert "<float" in agent_help  # options that take a value still show its type
