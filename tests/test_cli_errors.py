@@ -174,3 +174,25 @@ def test_help_shows_no_type_for_on_off_flags():
     agent_help = runner.invoke(app, ["agent", "--help"], env={"COLUMNS": "200"}).output
     assert "--once" in agent_help and "--no-once" not in agent_help
     assert "<float" in agent_help  # options that take a value still show its type
+
+
+def test_import_names_each_skipped_or_refused_file_in_a_sentence(tmp_path):
+    import shutil
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    dumps = os.path.join(os.path.dirname(__file__), "data", "import", "nccl_hang")
+    shutil.copy(os.path.join(dumps, "fr_rank0.json.gz"), folder)
+    (folder / "notes.txt").write_text("hello\n")
+    (folder / "fr_rank7.json").write_text('{"entries": 5}')
+    out = cli(
+        "import", str(folder), "--no-report", "--store", str(tmp_path / "s"), home=str(tmp_path)
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"skipped {folder / 'notes.txt'}: text with no watchdog" in out.stdout
+    assert (
+        f"error: could not import {folder / 'fr_rank7.json'} (flight_recorder rank 7): not a"
+        in out.stderr
+    )
+    assert f"{folder / 'fr_rank0.json.gz'}: flight_recorder rank 0: " in out.stdout
+    assert ": -:" not in out.stdout + out.stderr and "skipped: " not in out.stdout

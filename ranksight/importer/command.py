@@ -60,9 +60,7 @@ def import_cmd(
             _fail(str(e))
     out = sys.stdout if format == "text" else sys.stderr  # keep json/markdown clean
     for f in result.files:
-        line = (
-            f"{f.path}: {f.kind or '-'}{'' if f.rank is None else f' rank {f.rank}'}: {f.message}"
-        )
+        line = file_line(f)
         if f.ok:
             print(line, file=out)
         else:
@@ -83,6 +81,21 @@ def import_cmd(
     except StoreError as e:
         _fail(str(e))
     raise typer.Exit(rep.exit_code(analysis))
+
+
+def file_line(f) -> str:
+    """What became of one input (a :class:`~ranksight.importer.run.FileResult`), as a line
+    naming it: ``PATH: KIND rank N: what was read``, ``skipped PATH: why`` (no artifact),
+    ``could not import PATH (KIND rank N): what is wrong``."""
+    rank = "" if f.rank is None else f" rank {f.rank}"
+    if f.kind is None:
+        why = f.message.removeprefix("skipped: ")
+        return f"skipped {f.path}{f' ({rank.strip()})' if rank else ''}: {why}"
+    if not f.ok:
+        return (
+            f"could not import {f.path} ({f.kind}{rank}): {f.message.removeprefix(f.kind + ': ')}"
+        )
+    return f"{f.path}: {f.kind}{rank}: {f.message}"
 
 
 def summary_lines(meta: dict) -> list[str]:
