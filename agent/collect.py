@@ -30,6 +30,7 @@ from ranksight.collectors.postmortem import PostmortemCollector
 from ranksight.collectors.rdma import RdmaCollector
 from ranksight.collectors.topology import TopologyCollector
 from ranksight.store import Store, StoreError
+from ranksight.words import counted
 
 from .stall import StallWatcher
 
@@ -243,7 +244,7 @@ class Collection:
                 c.close()
             except Exception:  # noqa: BLE001
                 log.exception("collector %s failed to close", c.name)
-            self._status(c, "stopped", f"{self.errors.get(c.name, 0)} errors")
+            self._status(c, "stopped", counted(self.errors.get(c.name, 0), "error"))
 
     def _loop(self, c: Collector) -> None:
         seen: set[str] = set()
@@ -264,7 +265,7 @@ class Collection:
             log.warning("collector %s failed (will retry): %s", c.name, message, exc_info=exc)
             self._status(c, "error", message)
         elif n % 100 == 0:
-            self._status(c, "error", f"{n} errors so far; last: {message}")
+            self._status(c, "error", f"{counted(n, 'error')} so far; last: {message}")
         if c.interval_s == 0:
             self._stop.wait(1.0)  # a failing blocking collector must not spin
 

@@ -10,6 +10,8 @@ import sys
 
 import typer
 
+from ranksight.words import counted
+
 from .collect import CollectConfig, Collection, default_data_dir, parse_collectors
 
 __all__ = ["fr_import", "parse_collectors", "stacks", "start_collection"]
@@ -118,7 +120,9 @@ def fr_import(
             _fail(str(exc))
         note = "; ".join(dump.problems) or "ok"
         print(
-            f"{path}: rank {dump.rank}, version {dump.version or '?'}, {len(dump.entries)} entries: {note}"
+            f"{path}: rank {dump.rank}, version {dump.version or '?'}, {counted(len(dump.entries), 'entry', 'entries')}: {note}"
         )
     if unread:
-        _fail(f"{unread} of {len(paths)} files could not be read as Flight Recorder dumps")
+        _fail(
+            f"{unread} of {counted(len(paths), 'file')} could not be read as Flight Recorder dumps"
+        )

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ranksight.words import counted
+
 from .findings import Finding
 from .slice_replay import ReplayError, groups_of, rebalanced, replay_slice, window
 from .straggler import COMPUTE_PHASES, self_time
@@ -161,7 +163,7 @@ def _replayed(data, coords, steps, culprits) -> tuple[dict | None, list[str]]:
 def _finding(found: StageImbalance, impact: float, whatif: dict) -> Finding:
     summary = (
         f"pipeline stage {found.stage} is slower than the others by design: its "
-        f"{found.ranks} ranks all compute about {found.ratio:.2f}x the other stages' median "
+        f"{counted(found.ranks, 'rank')} {'computes' if found.ranks == 1 else 'all compute'} about {found.ratio:.2f}x the other stages' median "
         f"({found.stage_ms[found.stage]:.1f} ms per step vs "
         f"{', '.join(f'stage {s}: {v:.1f}' for s, v in found.stage_ms.items() if s != found.stage)}"
         f"); not a fault (no rank stands out among its same-stage peers); rebalancing the "

@@ -9,6 +9,8 @@ import json
 
 import pandas as pd
 
+from ranksight.words import counted
+
 from .findings import Finding
 from .postmortem import postmortem_findings
 from .whatif import ReplayError, balanced_stages, ops_from_tables, peer_median_durations, replay
@@ -80,7 +82,7 @@ def _with_replay(f: Finding, now: pd.Series, without: pd.Series, balanced: pd.Se
     verdict = "worker" if s - 1 >= stage - 1 else "stage imbalance"
     impact = 100.0 * (1 - 1 / s)
     summary = f.summary.rsplit("; without it", 1)[0] + (
-        f"; a what-if replay of {len(now)} steps with its compute at its same-stage peers' "
+        f"; a what-if replay of {counted(len(now), 'step')} with its compute at its same-stage peers' "
         f"median makes the job {s:.2f}x faster ({now.mean() / 1e9:.2f} s -> "
         f"{without.mean() / 1e9:.2f} s per step); balancing the stages after that would gain "
         f"{stage:.2f}x: a {verdict} problem"

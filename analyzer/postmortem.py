@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ranksight.words import counted
+
 from .findings import Finding
 
 _NO_COORDS = {"dp": -1, "tp": -1, "pp": -1, "host": ""}
@@ -187,7 +189,7 @@ def postmortem_findings(
         if any(f.culprit_rank == r for f in findings):
             continue
         summary = (
-            f"rank {r}'s stack differs from the {len(s['majority_ranks'])} others' "
+            f"rank {r}'s stack differs from that of the {counted(len(s['majority_ranks']), 'other rank')} "
             f"({s['majority_cause']}): it is in {s['cause']}: {s['stack']}"
         )
         findings.append(_finding(r, coords, s["cause"], summary, s, 0.7))

@@ -13,6 +13,8 @@ import dataclasses
 
 import pandas as pd
 
+from ranksight.words import counted
+
 from .findings import Finding
 from .slice_replay import (
     ReplayError,
@@ -97,7 +99,7 @@ def with_replay(f: Finding, r: SliceReplay, steps: list[int]) -> Finding:
     now_ms = float(r.step_ns_now.mean()) / 1e6
     without_ms = float(r.step_ns_changed.mean()) / 1e6
     summary = f.summary.rsplit("; without it", 1)[0] + (
-        f"; a what-if replay of its pipeline ({len(r.ranks)} ranks, {len(steps)} steps from "
+        f"; a what-if replay of its pipeline ({counted(len(r.ranks), 'rank')}, {counted(len(steps), 'step')} from "
         f"step {steps[0]}) with its work at its same-stage peers' median makes the step "
         f"{impact:.0f}% shorter ({now_ms:.1f} -> {without_ms:.1f} ms)"
     )

@@ -29,6 +29,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from ranksight.words import counted
+
 KNOWN_VERSIONS = tuple(f"2.{m}" for m in range(0, 11))
 """Schema versions whose key names this reader knows (torch's ``version_val``)."""
 
@@ -134,7 +136,9 @@ def parse(data: bytes, source: str = "", rank: int | None = None) -> FrDump:
         else:
             entries.append(entry)
     if dropped:
-        problems.append(f"{dropped} entries lacked {'/'.join(_REQUIRED)} and were skipped")
+        problems.append(
+            f"skipped {counted(dropped, 'entry', 'entries')} lacking {'/'.join(_REQUIRED)}"
+        )
     comm = top.get("comm_lib_version", top.get("nccl_version", ""))
     return FrDump(
         source,

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from ranksight import report as rep
+from ranksight.words import counted
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
 
@@ -291,7 +292,7 @@ def agent(
         _fail(str(e))
     if once:
         n = a.drain()
-        console.print(f"shipped {n} records ({a.stats.rejected} rejected)")
+        console.print(f"shipped {counted(n, 'record')} ({a.stats.rejected} rejected)")
         if a.stats.store_errors:
             _fail(
                 f"the store did not take everything ({a.stats.last_error}); what was not "

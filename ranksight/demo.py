@@ -20,6 +20,7 @@ from ranksight import env, launch
 from ranksight import report as rep
 from ranksight.torchrun_log import record_failures
 from ranksight.trainer_hooks.config import new_run_id
+from ranksight.words import counted
 
 
 @dataclass(kw_only=True, slots=True)
@@ -77,8 +78,8 @@ def _describe(cfg: DemoConfig, console: Console, run_id: str, store_url: str, sp
 
     shape = {"dp": cfg.dp, "tp": cfg.tp, "pp": cfg.pp}
     console.print(
-        f"[bold]ranksight demo[/] run [bold]{run_id}[/]: {cfg.world_size} CPU ranks "
-        f"(DP{cfg.dp} x TP{cfg.tp} x PP{cfg.pp}, gloo), {cfg.steps} steps of a GPT on "
+        f"[bold]ranksight demo[/] run [bold]{run_id}[/]: {counted(cfg.world_size, 'CPU rank')} "
+        f"(DP{cfg.dp} x TP{cfg.tp} x PP{cfg.pp}, gloo), {counted(cfg.steps, 'step')} of a GPT on "
         "Python's own docs"
     )
     if not cfg.faults:
@@ -185,7 +186,8 @@ def _watch(cfg: DemoConfig, trainer: subprocess.Popen, store, run_id: str, conso
     )
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(
-            f"starting {cfg.world_size} ranks (import torch, rendezvous)", total=cfg.steps
+            f"starting {counted(cfg.world_size, 'rank')} (import torch, rendezvous)",
+            total=cfg.steps,
         )
         last_step, changed = -1, time.monotonic()
         while trainer.poll() is None:

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from ranksight.analyzer import Analysis, Finding
 from ranksight.analyzer.findings import NOT_FAULTS
+from ranksight.words import counted
 
 EXIT_CLEAN = 0
 """``ranksight report`` / ``demo`` exit code when no culprit was found."""
@@ -67,16 +68,16 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
     """Print the report with rich: a headline, then per finding its evidence tables."""
     head = (
         f"run [bold]{analysis.run_id}[/] attempt {analysis.attempt}"
-        f" · status {(run or {}).get('status', '?')} · {analysis.steps_analyzed} steps analyzed"
+        f" · status {(run or {}).get('status', '?')} · {counted(analysis.steps_analyzed, 'step')} analyzed"
         f" · median step {analysis.median_step_ms:.0f} ms"
     )
     console.print(head)
     c = analysis.clock
     if c.get("ranks"):
         console.print(
-            f"[dim]clock alignment over {c['ranks']} ranks: worst offset "
+            f"[dim]clock alignment over {counted(c['ranks'], 'rank')}: worst offset "
             f"{c['max_abs_offset_us']} µs, uncertainty {c['median_uncertainty_us']} µs "
-            f"({c['samples_per_rank']} collectives per rank)[/]"
+            f"({counted(c['samples_per_rank'], 'collective')} per rank)[/]"
         )
     for note in analysis.notes:
         console.print(f"[dim]note: {note}[/]")
@@ -140,7 +141,7 @@ def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
     lines = [
         f"# ranksight report: {analysis.run_id} (attempt {analysis.attempt})",
         "",
-        f"{analysis.steps_analyzed} steps analyzed; median step "
+        f"{counted(analysis.steps_analyzed, 'step')} analyzed; median step "
         f"{analysis.median_step_ms:.0f} ms; status {(run or {}).get('status', '?')}.",
         "",
     ]

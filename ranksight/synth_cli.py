@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from ranksight.words import counted
+
 
 def synth(
     ranks: int = typer.Option(
@@ -36,8 +38,8 @@ def synth(
     except ValueError as e:
         _fail(str(e), 2)
     console.print(
-        f"synthetic run [bold]{cfg.run_id}[/]: {cfg.ranks} ranks (DP{cfg.dp} x TP{cfg.tp} x "
-        f"PP{cfg.pp}), {cfg.steps} steps, {cfg.microbatches} microbatches, about "
+        f"synthetic run [bold]{cfg.run_id}[/]: {counted(cfg.ranks, 'rank')} (DP{cfg.dp} x TP{cfg.tp} x "
+        f"PP{cfg.pp}), {counted(cfg.steps, 'step')}, {counted(cfg.microbatches, 'microbatch', 'microbatches')}, about "
         f"{rows_per_rank_step(cfg):.0f} rows per rank and step; faults: "
         f"{', '.join(s.text for s in cfg.specs) or 'none'}"
     )
@@ -48,7 +50,7 @@ def synth(
         _fail(str(e))
     total = sum(result.rows.values())
     console.print(
-        f"wrote {total:,} rows ({', '.join(f'{k} {v:,}' for k, v in result.rows.items())}) "
-        f"for {result.steps_written} steps in {result.seconds:.1f} s; "
+        f"wrote {counted(total, 'row', spec=',')} ({', '.join(f'{k} {v:,}' for k, v in result.rows.items())}) "
+        f"for {counted(result.steps_written, 'step')} in {result.seconds:.1f} s; "
         f"diagnose: ranksight report --run {cfg.run_id}"
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ranksight.mesh import MESH_AXES
+from ranksight.words import counted
 
 MESH_DIM_NAMES: tuple[str, ...] = tuple(axis.value for axis in MESH_AXES)
 """``mesh_dim_names`` passed to ``init_device_mesh``: ("dp", "pp", "tp")."""
@@ -40,7 +41,7 @@ def coords_of(rank: int, shape: Mapping[str, int]) -> dict[str, int]:
     """
     world = world_size_of(shape)
     if not 0 <= rank < world:
-        raise ValueError(f"rank {rank} is outside a mesh of {world} ranks {dict(shape)}")
+        raise ValueError(f"rank {rank} is outside a mesh of {counted(world, 'rank')} {dict(shape)}")
     coords: dict[str, int] = {}
     rest = rank
     for name in reversed(MESH_DIM_NAMES):

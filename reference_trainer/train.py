@@ -53,6 +53,7 @@ from ranksight.reference_trainer.parallel import (
     mesh_shape_of,
     parallelize_stage,
 )
+from ranksight.words import counted
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -249,7 +250,7 @@ def _log_start(t: Trainer) -> None:
         f"ranksight reference trainer: {count_params(cfg.model):,} params, "
         f"dp={cfg.parallel.dp} tp={cfg.parallel.tp} pp={cfg.parallel.pp} "
         f"({cfg.parallel.dp_mode}), blocks per stage {per_stage}, "
-        f"{cfg.parallel.microbatches} microbatches, device {t.device}, dtype {cfg.dtype}, "
+        f"{counted(cfg.parallel.microbatches, 'microbatch', 'microbatches')}, device {t.device}, dtype {cfg.dtype}, "
         f"faults {[s.text for s in cfg.faults] or 'none'}, steps 0..{cfg.steps - 1}",
         flush=True,
     )

@@ -26,6 +26,7 @@ from ranksight.store.ddl import (
 )
 from ranksight.store.frames import conform, frame_from_columns, month_keys, with_batch_id
 from ranksight.store.sql import bind
+from ranksight.words import counted
 
 # clickhouse-driver logs a traceback at WARNING for every failed connect; without this,
 # Python's last-resort handler prints it to stderr even though we raise StoreError.
@@ -139,7 +140,7 @@ class ClickHouseStore(Store):
         if missing:
             raise StoreError(
                 f"{self.url}: database {self.database} is cluster {cluster}'s and lacks "
-                f"{len(missing)} tables or columns of this ranksight's schema; run "
+                f"{counted(len(missing), 'table or column', 'tables or columns')} of this ranksight's schema; run "
                 f"`ranksight db init --cluster {cluster} --store URL` to add them on every node"
             )
         return []

@@ -40,6 +40,7 @@ from ranksight.store import schema
 from ranksight.store.base import StoreError
 from ranksight.store.ddl import check_identifier, create_database_sql, create_table_sql
 from ranksight.store.schema import Table
+from ranksight.words import counted
 
 LOCAL_SUFFIX = "_local"
 """Name suffix of the per-node tables that hold the data."""
@@ -167,7 +168,9 @@ class ClusterInit:
             f"{'ReplicatedMergeTree' if self.replicated else 'MergeTree'} local tables"
         ]
         for node, stmts in self.statements.items():
-            lines.append(f"-- {node}: {len(stmts) or 'up to date, no'} statements")
+            lines.append(
+                f"-- {node}: {counted(len(stmts), 'statement') if stmts else 'up to date, no statements'}"
+            )
             lines += [s.replace("\n", " ") + ";" for s in stmts]
         return "\n".join(lines)
 

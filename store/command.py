@@ -8,6 +8,7 @@ from ranksight.store import StoreError, open_store
 from ranksight.store.migrate import migrate, plan_migration
 from ranksight.store.schema import SCHEMA_VERSION
 from ranksight.store.url import default_store_url, refuse_password
+from ranksight.words import counted
 
 db = typer.Typer(no_args_is_help=True, help="The store's schema: version and migration.")
 
@@ -86,4 +87,6 @@ def init_command(
         raise typer.Exit(1) from None
     typer.echo(done.describe())
     if not dry_run:
-        typer.echo(f"done: {len(done.statements)} nodes at schema version {SCHEMA_VERSION}")
+        typer.echo(
+            f"done: {counted(len(done.statements), 'node')} at schema version {SCHEMA_VERSION}"
+        )

@@ -196,3 +196,18 @@ def test_import_names_each_skipped_or_refused_file_in_a_sentence(tmp_path):
     )
     assert f"{folder / 'fr_rank0.json.gz'}: flight_recorder rank 0: " in out.stdout
     assert ": -:" not in out.stdout + out.stderr and "skipped: " not in out.stdout
+
+
+def test_counts_of_one_are_singular(tmp_path, run_store):
+    from ranksight.words import counted
+
+    assert counted(1, "step") == "1 step" and counted(0, "step") == "0 steps"
+    assert counted(2, "entry", "entries") == "2 entries"
+    assert counted(1024, "row", spec=",") == "1,024 rows"
+    env = ("--store", run_store)
+    for fmt in ("text", "markdown"):
+        out = cli(
+            "report", "--run", "slow", "--steps", "8", "--format", fmt, *env, home=str(tmp_path)
+        )
+        assert out.returncode == 0, out.stderr
+        assert "1 step analyzed" in out.stdout and "1 steps" not in out.stdout

@@ -50,6 +50,7 @@ import warnings
 from typing import Any
 
 from ranksight import env
+from ranksight.words import counted
 
 TARGET = "torch.distributed.distributed_c10d"
 """The module whose ``init_process_group`` is wrapped."""
@@ -86,7 +87,7 @@ def mesh_of(rank: int, world_size: int, text: str | None) -> tuple[dict[str, int
     shape = {"dp": 1, "tp": 1, "pp": 1, **parse_mesh(text)}
     if shape["dp"] * shape["tp"] * shape["pp"] != world_size:
         raise ValueError(
-            f"${env.MESH} {text!r} has {shape['dp'] * shape['tp'] * shape['pp']} ranks, "
+            f"${env.MESH} {text!r} has {counted(shape['dp'] * shape['tp'] * shape['pp'], 'rank')}, "
             f"the job {world_size}"
         )
     return coords_of(rank, shape), shape

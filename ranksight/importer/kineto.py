@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ranksight.words import counted
+
 from .rows import Rows, group_id, norm_op, parse_ranks, ranks_text
 
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -220,7 +222,7 @@ def read(
     except TraceError as exc:
         if out.events == 0:
             raise
-        out.problems.append(f"{exc}; kept the {out.events} events before it")
+        out.problems.append(f"{exc}; kept the {counted(out.events, 'event')} before it")
     out.spill_compute()
     info = out.header.get("distributedInfo") or {}
     if isinstance(info, dict):

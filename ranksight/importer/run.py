@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from ranksight.collectors.base import frame
 from ranksight.store import Store
+from ranksight.words import counted
 
 from . import fr, kineto, merge, nccl_debug, pyspy, sources, watchdog, wia
 from .rows import Rows, rank_from_path
@@ -272,7 +273,7 @@ class _State:
             problems = (
                 problems + "; " if problems else ""
             ) + "no rank in the file name: kept as rank -1"
-        note = f"schema {dump.version or '?'}, {len(dump.entries)} entries"
+        note = f"schema {dump.version or '?'}, {counted(len(dump.entries), 'entry', 'entries')}"
         return (f"{note}: {problems}" if problems else note), dump.rank
 
     def _watchdog(self, path: str, rank: int | None) -> tuple[str, int | None]:
@@ -292,7 +293,10 @@ class _State:
             raise ValueError("no rank in the file name or an init line")
         self.nccl.append(log)
         calls = sum(len(c) for c in log.calls.values())
-        return f"{calls} collective calls on {len(log.calls)} communicator(s)", log.rank
+        return (
+            f"{counted(calls, 'collective call')} on {counted(len(log.calls), 'communicator')}",
+            log.rank,
+        )
 
     def _pyspy(self, path: str, rank: int | None) -> tuple[str, int | None]:
         if rank is None:
@@ -306,7 +310,7 @@ class _State:
         )
         self.rows.add("stacks", pyspy.row_of(rank, pid, threads, self.cfg.host, self.ts_ns))
         self.rows.add("ranks", {"rank": rank, "pid": pid, "dp": -1, "tp": -1, "pp": -1})
-        return f"{len(threads)} threads", rank
+        return counted(len(threads), "thread"), rank
 
     def _kineto(self, path: str, rank: int | None) -> tuple[str, int | None]:
         fd, spill = tempfile.mkstemp(prefix="compute-", suffix=".f64", dir=self.tmp)
@@ -318,7 +322,8 @@ class _State:
             raise ValueError("no rank in distributedInfo or the file name")
         self.kineto.append(trace)
         note = (
-            f"{trace.events} events, {len(trace.steps)} steps, {len(trace.collectives)} collectives"
+            f"{counted(trace.events, 'event')}, {counted(len(trace.steps), 'step')}, "
+            f"{counted(len(trace.collectives), 'collective')}"
         )
         return (note + ": " + "; ".join(trace.problems)) if trace.problems else note, trace.rank
 
@@ -327,7 +332,10 @@ class _State:
         rows, mesh = wia.rows_of(table, wia.meta_beside(path))
         self.rows.merge(rows)
         self.mesh = mesh
-        return f"{len(table)} ops, {len(rows.tables.get('ranks', []))} ranks", None
+        return (
+            f"{counted(len(table), 'op')}, {counted(len(rows.tables.get('ranks', [])), 'rank')}",
+            None,
+        )
 
     def finish(self, result: ImportResult) -> None:
         timed_out = {lg.rank for lg in self.watchdog}
