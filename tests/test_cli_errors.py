@@ -195,6 +195,7 @@ def test_import_names_each_skipped_or_refused_file_in_a_sentence(tmp_path):
         in out.stderr
     )
     assert f"{folder / 'fr_rank0.json.gz'}: flight_recorder rank 0: " in out.stdout
+    assert "rows written per table: collectives 25, fr_dumps 1," in out.stdout  # not '1 fr_dumps'
     assert ": -:" not in out.stdout + out.stderr and "skipped: " not in out.stdout
 
 

@@ -67,8 +67,8 @@ def import_cmd(
             err.print(f"[red]error:[/] {line}", markup=True, highlight=False)
     if not result.imported:
         _fail("nothing could be imported")
-    counts = ", ".join(f"{n} {t}" for t, n in sorted(result.rows.items()))
-    print(f"run {result.run_id}: {counts}", file=out)
+    counts = ", ".join(f"{t} {n:,}" for t, n in sorted(result.rows.items()))
+    print(f"run {result.run_id}: rows written per table: {counts}", file=out)
     for line in summary_lines(result.meta):
         print(line, file=out)
     if not report:
