@@ -212,3 +212,17 @@ def test_counts_of_one_are_singular(tmp_path, run_store):
         )
         assert out.returncode == 0, out.stderr
         assert "1 step analyzed" in out.stdout and "1 steps" not in out.stdout
+
+
+def test_import_of_an_empty_folder_names_it_and_what_was_looked_for(tmp_path):
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    (folder / ".hidden").write_text("WorkNCCL(SeqNum=1, OpType=ALLREDUCE) timeout")
+    out = cli("import", str(folder), "--store", str(tmp_path / "s"), home=str(tmp_path))
+    assert out.returncode == 1
+    line = one_error_line(out)
+    assert f"no files in {folder}" in line and "Flight Recorder dumps, Kineto traces" in line
+    (folder / "notes.txt").write_text("hello\n")
+    out = cli("import", str(folder), "--store", str(tmp_path / "s"), home=str(tmp_path))
+    assert out.returncode == 1
+    assert f"nothing could be imported from {folder}: no file there (1 file found" in out.stderr

@@ -7,12 +7,34 @@ import sys
 
 import typer
 
+from ranksight.words import counted
+
+ARTIFACTS = (
+    "Flight Recorder dumps, Kineto traces, watchdog or NCCL_DEBUG logs, py-spy dumps, "
+    "What-if Analysis parquet traces"
+)
+"""What ``import`` reads (see :mod:`ranksight.importer.sources`)."""
+
+
+def nothing_imported(paths: list[str], files: int) -> str:
+    """Why an import of ``paths`` that took nothing failed, naming them and what was
+    looked for; ``files``: how many files were found there."""
+    where = ", ".join(paths)
+    if not files:
+        return (
+            f"nothing to import: no files in {where} (hidden files and folders are passed "
+            f"over); looked for {ARTIFACTS}, or archives of them"
+        )
+    return (
+        f"nothing could be imported from {where}: no file there ({counted(files, 'file')} "
+        f"found, listed above) is one of: {ARTIFACTS}, or an archive of them"
+    )
+
 
 def import_cmd(
     paths: list[str] = typer.Argument(
         ...,
-        help="files, folders or archives: Flight Recorder dumps, Kineto traces, watchdog or "
-        "NCCL_DEBUG logs, py-spy dumps, What-if Analysis parquet traces (kind read from content)",
+        help=f"files, folders or archives: {ARTIFACTS} (kind read from content)",
     ),
     run: str = typer.Option(None, "--run", help="run id (default: import-<hash of the paths>)"),
     attempt: int = typer.Option(0, min=0, help="attempt"),
@@ -66,7 +88,7 @@ def import_cmd(
         else:
             err.print(f"[red]error:[/] {line}", markup=True, highlight=False)
     if not result.imported:
-        _fail("nothing could be imported")
+        _fail(nothing_imported(paths, len(result.files)))
     counts = ", ".join(f"{t} {n:,}" for t, n in sorted(result.rows.items()))
     print(f"run {result.run_id}: rows written per table: {counts}", file=out)
     for line in summary_lines(result.meta):
