@@ -64,6 +64,26 @@ def _phase_rows(f: Finding) -> list[tuple[str, str, str, str]]:
     ]
 
 
+def _wait_rows(f: Finding) -> list[tuple[str, str]]:
+    """(by, ms) rows of the time others waited for a straggler: per mesh axis, per op."""
+    w = f.evidence.get("waited_for_it", {})
+    return [(f"{axis} group", f"{ms:.0f}") for axis, ms in w.get("by_axis_ms", {}).items()] + [
+        (f"in {op}", f"{ms:.0f}") for op, ms in w.get("by_op_ms", {}).items()
+    ]
+
+
+def _waits_title(f: Finding) -> str:
+    return (
+        f"time others waited for rank {f.culprit_rank} (from step {f.evidence.get('onset_step')})"
+    )
+
+
+def _victims(f: Finding) -> str:
+    """``rank N (M ms), ...``: the ranks that waited for a straggler directly."""
+    victims = f.evidence.get("waited_for_it", {}).get("victims", [])
+    return ", ".join(f"rank {v['rank']} ({v['waited_ms']:.0f} ms)" for v in victims) or "none"
+
+
 def print_text(analysis: Analysis, console: Console, run: dict | None = None) -> None:
     """Print the report with rich: a headline, then per finding its evidence tables."""
     head = (
@@ -107,21 +127,13 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
             phases.add_row(*row)
         console.print(phases)
         w = f.evidence.get("waited_for_it", {})
-        waits = Table(
-            title=f"time others waited for rank {f.culprit_rank} (from step "
-            f"{f.evidence.get('onset_step')})"
-        )
+        waits = Table(title=_waits_title(f))
         waits.add_column("by")
         waits.add_column("ms", justify="right")
-        for axis, ms in w.get("by_axis_ms", {}).items():
-            waits.add_row(f"{axis} group", f"{ms:.0f}")
-        for op, ms in w.get("by_op_ms", {}).items():
-            waits.add_row(f"in {op}", f"{ms:.0f}")
+        for row in _wait_rows(f):
+            waits.add_row(*row)
         console.print(waits)
-        victims = ", ".join(
-            f"rank {v['rank']} ({v['waited_ms']:.0f} ms)" for v in w.get("victims", [])
-        )
-        console.print(f"victims (waited directly): {victims or 'none'}")
+        console.print(f"victims (waited directly): {_victims(f)}")
         console.print(
             f"last arriver in {100 * w.get('last_share', 0):.0f}% of its collectives; "
             f"step {f.evidence.get('step_ms_now')} ms now, about "
@@ -162,4 +174,8 @@ def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
         ]
         lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _phase_rows(f)]
         lines.append("")
+        if f.kind == "straggler":
+            lines += [f"{_waits_title(f)}:", "", "| by | ms |", "|---|---:|"]
+            lines += [f"| {by} | {ms} |" for by, ms in _wait_rows(f)]
+            lines += ["", f"Victims (waited directly): {_victims(f)}.", ""]
     return "\n".join(lines) + "\n"

@@ -226,3 +226,22 @@ def test_import_of_an_empty_folder_names_it_and_what_was_looked_for(tmp_path):
     out = cli("import", str(folder), "--store", str(tmp_path / "s"), home=str(tmp_path))
     assert out.returncode == 1
     assert f"nothing could be imported from {folder}: no file there (1 file found" in out.stderr
+
+
+def test_markdown_report_has_the_waits_table_of_the_text_report(tmp_path, run_store):
+    import re
+
+    def report(fmt: str) -> str:
+        out = cli(
+            "report", "--run", "slow", "--format", fmt, "--store", run_store, home=str(tmp_path)
+        )
+        assert out.returncode == 3, out.stderr
+        return out.stdout
+
+    text, markdown = report("text"), report("markdown")
+    row = r"[│|] ((?:\w+ group|in \w+)) +[│|] +(\d+) [│|]"
+    waits = re.findall(row, text)
+    assert {"pp group", "in all_reduce"} <= {by for by, _ in waits}, text
+    assert re.findall(row, markdown) == waits
+    victims = re.search(r"victims \(waited directly\): (.+)", text).group(1)
+    assert f"Victims (waited directly): {victims}." in markdown
