@@ -243,8 +243,12 @@ def _check_table(name: str, rows: pa.Table, base: dict, out: Parsed) -> None:
 
 
 def _column_problem(column: pa.ChunkedArray, ch_type: str) -> pa.ChunkedArray | None:
-    """Rows whose value does not fit ``ch_type`` (None if all do)."""
+    """Rows whose value does not fit ``ch_type`` (None if all do). The common case, all
+    fit, costs one pass over the column (its byte lengths, or its minimum and maximum)."""
     if ch_type == "String":
+        longest = pc.max(pc.binary_length(column)).as_py()
+        if longest is None or longest <= MAX_STRING:  # no more characters than bytes
+            return None
         problem = pc.greater(pc.utf8_length(column), MAX_STRING)
     elif ch_type == "UInt64" and pa.types.is_unsigned_integer(column.type):
         return None
@@ -252,6 +256,12 @@ def _column_problem(column: pa.ChunkedArray, ch_type: str) -> pa.ChunkedArray | 
         problem = pc.less(column, 0)
     elif ch_type in _INT_RANGE:
         low, high = _INT_RANGE[ch_type]
+        if pa.types.is_integer(column.type) and column.null_count == 0:
+            found = pc.min_max(column)
+            if found["min"].as_py() is None or (
+                low <= found["min"].as_py() and found["max"].as_py() <= high
+            ):
+                return None
         problem = pc.or_(pc.less(column, low), pc.greater(column, high))
     else:
         return None

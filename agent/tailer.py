@@ -27,6 +27,7 @@ import glob
 import hashlib
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -211,15 +212,14 @@ class SpoolTailer:
                 parsed = parse_chunk(bytes(item.payload), base, path)
                 out.extend(parsed)
             else:
-                table = _frame_table(item, label, out)
-                if table is not None:
-                    key = (
-                        item.name,
-                        tuple(zip(table.column_names, map(str, table.schema.types), strict=True)),
-                    )
-                    groups.setdefault(key, []).append(table)
-        for (name, _), tables in groups.items():
-            rows_table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+                columns = _frame_columns(item, label, out)
+                if columns is not None:
+                    key = (item.name, tuple((c[0], c[1]) for c in columns))
+                    groups.setdefault(key, []).append((item, columns))
+        for (name, _), parts in groups.items():
+            rows_table = _group_table(parts, label, out)
+            if rows_table is None:
+                continue
             try:
                 check_columns(name, rows_table, base, out)
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
@@ -331,27 +331,79 @@ def _header(payload: memoryview, label: str, out: Parsed) -> dict | None:
 _ARROW = {"i": pa.int64(), "u": pa.uint64(), "f": pa.float64()}
 
 
-def _frame_table(frame: sf.Frame, label: str, out: Parsed) -> pa.Table | None:
-    """A ``COLUMNS`` frame as an Arrow table over its bytes (None, and a rejection of its
-    records, if its blocks are inconsistent)."""
+def _frame_columns(frame: sf.Frame, label: str, out: Parsed) -> list | None:
+    """A ``COLUMNS`` frame's decoded column blocks (``spool_format.decode_columns``), or
+    None, and a rejection of its records, if they are inconsistent."""
     try:
-        names, arrays = [], []
-        for name, kind, a, b in sf.decode_columns(frame.payload, frame.rows):
-            if kind in _ARROW:
-                array = pa.Array.from_buffers(_ARROW[kind], frame.rows, [None, pa.py_buffer(a)])
-            else:
-                arrow = pa.string() if kind == "s" else pa.large_string()
-                buffers = [None, pa.py_buffer(a), pa.py_buffer(b)]
-                array = pa.Array.from_buffers(arrow, frame.rows, buffers)
-                array.validate(full=True)  # offsets in order, UTF-8
-            names.append(name)
-            arrays.append(array)
-        return pa.Table.from_arrays(arrays, names=names)
-    except (ValueError, pa.ArrowInvalid, UnicodeDecodeError) as e:
-        out.rejected.extend(
-            [f"{label}: bad {frame.name} frame ({str(e)[:80]})"] * max(frame.rows, 1)
-        )
+        return sf.decode_columns(frame.payload, frame.rows, aligned=False)
+    except ValueError as e:
+        _reject_frame(frame, label, e, out)
         return None
+
+
+def _reject_frame(frame: sf.Frame, label: str, error: Exception, out: Parsed) -> None:
+    out.rejected.extend(
+        [f"{label}: bad {frame.name} frame ({str(error)[:80]})"] * max(frame.rows, 1)
+    )
+
+
+def _group_table(parts: list[tuple[sf.Frame, list]], label: str, out: Parsed) -> pa.Table | None:
+    """One Arrow table of the frames ``parts`` (same table, same columns and kinds), each
+    column one contiguous array: the frames' blocks are concatenated (one memcpy) and
+    checked once (string offsets in order, UTF-8), so the Arrow and compute calls after
+    it cost per read, not per frame (a frame holds a few hundred to a few thousand
+    records). If the check fails, each frame is checked alone and only those that fail it
+    are rejected (None if none is left)."""
+    try:
+        return _concat_columns(parts)
+    except (ValueError, pa.ArrowInvalid, UnicodeDecodeError):
+        if len(parts) == 1:
+            _reject_frame(parts[0][0], label, sys.exc_info()[1], out)
+            return None
+    good = []
+    for part in parts:
+        try:
+            _concat_columns([part])
+            good.append(part)
+        except (ValueError, pa.ArrowInvalid, UnicodeDecodeError) as e:
+            _reject_frame(part[0], label, e, out)
+    return _concat_columns(good) if good else None
+
+
+def _concat_columns(parts: list[tuple[sf.Frame, list]]) -> pa.Table:
+    """:func:`_group_table`'s concatenation; raises ArrowInvalid for a bad string block."""
+    rows = sum(frame.rows for frame, _ in parts)
+    names, arrays = [], []
+    for i, (name, kind, _, _) in enumerate(parts[0][1]):
+        blocks = [columns[i] for _, columns in parts]
+        if kind in _ARROW:
+            values = np.concatenate([b[2] for b in blocks])  # aligned, as Arrow wants
+            array = pa.Array.from_buffers(_ARROW[kind], rows, [None, pa.py_buffer(values)])
+        else:
+            offsets, data = _concat_strings([(b[2], b[3]) for b in blocks])
+            arrow = pa.string() if offsets.dtype == np.int32 else pa.large_string()
+            buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+            array = pa.Array.from_buffers(arrow, rows, buffers)
+            array.validate(full=True)  # offsets in order, UTF-8
+        names.append(name)
+        arrays.append(array)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _concat_strings(blocks: list[tuple[np.ndarray, memoryview]]) -> tuple[np.ndarray, bytes]:
+    """One string column's (offsets, bytes) from several frames' (offsets, bytes): int32
+    offsets while the bytes fit them, else int64."""
+    if len(blocks) == 1:
+        offsets, data = blocks[0]
+        return np.require(offsets, requirements="A"), data
+    sizes = [len(data) for _, data in blocks]
+    total = sum(sizes)
+    shifts = np.cumsum([0, *sizes[:-1]], dtype=np.int64)
+    starts = np.concatenate([o[:-1] for o, _ in blocks]).astype(np.int64)
+    starts += np.repeat(shifts, [len(o) - 1 for o, _ in blocks])
+    offsets = np.empty(len(starts) + 1, dtype=np.int32 if total < 1 << 31 else np.int64)
+    offsets[:-1], offsets[-1] = starts, total
+    return offsets, b"".join(data for _, data in blocks)
 
 
 def _writer_alive(path: str, mtime: float) -> bool:

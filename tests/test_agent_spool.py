@@ -93,6 +93,41 @@ def test_damaged_and_truncated_frames_are_rejected_counted_and_the_rest_stored(
     assert store.query("SELECT count() AS n FROM steps")["n"].tolist() == [30]
 
 
+def test_a_frame_with_bad_strings_is_rejected_and_the_frames_read_with_it_kept(tmp_path) -> None:
+    """The frames of one read are checked together (one array per column); a frame whose
+    checksum holds but whose strings do not (not UTF-8, offsets out of order) costs its
+    own records only."""
+
+    def with_payload(frame: bytes, change) -> bytes:
+        item = next(f for f in sf.frames(frame) if isinstance(f, sf.Frame))
+        payload = bytearray(item.payload)
+        change(payload)
+        return sf.frame(sf.COLUMNS, item.name, item.rows, bytes(payload))
+
+    def not_utf8(payload: bytearray) -> None:
+        payload[payload.index(b"forward")] = 0xFF
+
+    def offsets_backwards(payload: bytearray) -> None:
+        cols = sf.decode_columns(memoryview(bytes(payload)), 10)
+        offsets = next(a for name, kind, a, _ in cols if name == "phase")
+        at = bytes(payload).index(offsets.tobytes())
+        payload[at + 4 : at + 8] = int(offsets[3]).to_bytes(4, "little")  # 0, 21, 14, ...
+
+    frames = [sf.encode([coll(i) for i in range(k, k + 10)]) for k in range(0, 50, 10)]
+    frames[1] = with_payload(frames[1], not_utf8)
+    frames[3] = with_payload(frames[3], offsets_backwards)
+    segment(tmp_path, frames)
+    got = SpoolTailer(str(tmp_path)).read()
+    assert len(got.rejected) == 20
+    assert all("bad collectives frame" in reason for reason in got.rejected)
+    kept = got.tables["collectives"]
+    assert kept.column("step").to_pylist() == list(range(10)) + list(range(20, 30)) + list(
+        range(40, 50)
+    )
+    assert set(kept.column("phase").to_pylist()) == {"forward"}
+    assert kept.column("run_id").to_pylist() == [BASE["run_id"]] * 30
+
+
 def write_records(writer: SpoolWriter, n: int, start: int = 0) -> None:
     for i in range(start, start + n):
         writer.put(step(i))

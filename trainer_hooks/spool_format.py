@@ -19,7 +19,8 @@ A ``COLUMNS`` payload holds one table's records column by column: ``u32 columns,
 then per column a 16-byte descriptor (kind ``i`` int64, ``u`` uint64, ``f`` float64,
 ``s`` UTF-8 with int32 offsets, ``S`` with int64 offsets; name length; block sizes), its
 name, the values (or the ``rows + 1`` string offsets) and the string bytes, each padded to
-8. The agent maps the blocks into Arrow arrays without copying or per-record work.
+8. The agent joins the blocks of the frames it reads at once into Arrow arrays (one copy
+per column, no per-record work).
 
 A frame the reader cannot trust (bad magic, CRC mismatch, inconsistent blocks) is
 rejected whole and counted; the reader resynchronizes at the next frame boundary. A
@@ -248,10 +249,15 @@ def _next_magic(data: bytes, at: int) -> int:
     return len(data) if found < 0 else found
 
 
-def decode_columns(payload: memoryview, rows: int) -> list[tuple[str, str, Any, Any]]:
+def decode_columns(
+    payload: memoryview, rows: int, aligned: bool = True
+) -> list[tuple[str, str, Any, Any]]:
     """The columns of a ``COLUMNS`` payload: ``(name, kind, block a, block b)`` with the
     blocks as numpy arrays over ``payload`` (values; for strings the offsets and the
-    bytes). Raises ValueError if the blocks are inconsistent with ``rows``."""
+    bytes). ``aligned``: copy a block whose memory is not aligned for its type (as Arrow
+    wants); False leaves that to the caller (e.g. one that concatenates blocks anyway).
+    Raises ValueError if the blocks are inconsistent with ``rows``."""
+    keep = _aligned if aligned else _same
     if len(payload) < _COUNT.size:
         raise ValueError("payload too short")
     count, _ = _COUNT.unpack_from(payload, 0)
@@ -272,18 +278,22 @@ def decode_columns(payload: memoryview, rows: int) -> list[tuple[str, str, Any, 
         if kind in _DTYPES:
             if len_a != 8 * rows or len_b:
                 raise ValueError(f"column {name!r}: {len_a} bytes for {rows} rows")
-            out.append((name, kind.decode(), _aligned(np.frombuffer(block_a, _DTYPES[kind])), None))
+            out.append((name, kind.decode(), keep(np.frombuffer(block_a, _DTYPES[kind])), None))
         elif kind in (b"s", b"S"):
             width = 4 if kind == b"s" else 8
             if len_a != width * (rows + 1):
                 raise ValueError(f"column {name!r}: {len_a} offset bytes for {rows} rows")
-            offsets = _aligned(np.frombuffer(block_a, "<i4" if width == 4 else "<i8"))
+            offsets = keep(np.frombuffer(block_a, "<i4" if width == 4 else "<i8"))
             if rows and (offsets[0] != 0 or offsets[-1] != len_b):
                 raise ValueError(f"column {name!r}: string offsets do not match its bytes")
             out.append((name, kind.decode(), offsets, block_b))
         else:
             raise ValueError(f"column {name!r}: unknown kind {kind!r}")
     return out
+
+
+def _same(values: np.ndarray) -> np.ndarray:
+    return values
 
 
 def _aligned(values: np.ndarray) -> np.ndarray:
