@@ -278,6 +278,9 @@ def agent(
         parse_collectors(collectors)  # a usage error before anything is opened
     except ValueError as e:
         _fail(f"--collectors: {e}", 2)
+    _check_folder(ctx, "spool", spool or default_spool_dir(), "the folder the ranks write to")
+    if buffer_dir:
+        _check_folder(ctx, "buffer_dir", buffer_dir, "the folder of batches not yet stored")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ranksight-agent %(message)s")
     try:
         cfg = AgentConfig(
@@ -332,6 +335,18 @@ def _agent_settings(ctx: typer.Context, config: str | None) -> dict:
     if v["store"] is not None and v["store"] == os.environ.get(env.STORE):
         v["store"] = None
     return v
+
+
+def _check_folder(ctx: typer.Context, param: str, path: str, what: str) -> None:
+    """Exit 2 naming the option (or the setting it came from) if ``path`` cannot be a
+    folder (:func:`ranksight.folders.folder_problem`); ``what`` says what it is."""
+    from ranksight.folders import folder_problem
+
+    problem = folder_problem(path)
+    if problem:
+        given = getattr(ctx.get_parameter_source(param), "name", "") == "COMMANDLINE"
+        where = "--" + param.replace("_", "-") if given else f"setting {_AGENT_SETTINGS[param]}"
+        _fail(f"{where} {path}: {problem} (it must be {what})", 2)
 
 
 def _otel_export(agent, endpoint: str | None):

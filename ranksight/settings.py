@@ -95,7 +95,8 @@ def config_path(explicit: str | None = None) -> str | None:
     if named:
         if not os.path.isfile(named):
             where = "--config" if explicit else f"${env.CONFIG}"
-            raise ConfigError(f"{where} {named}: no such file")
+            what = "is a folder, not a TOML file" if os.path.isdir(named) else "no such file"
+            raise ConfigError(f"{where} {named}: {what}")
         return named
     for path in (LOCAL_FILE, SYSTEM_FILE):
         if os.path.isfile(path):

@@ -116,9 +116,13 @@ def _folder_of(url: str, scheme: str) -> str:
 
 
 def _folder_store(url: str, folder: str) -> Store:
-    """A ChdbStore at ``folder``."""
+    """A ChdbStore at ``folder``. Raises StoreError if ``folder`` cannot be a folder."""
+    from ranksight.folders import folder_problem
     from ranksight.store.chdb_store import ChdbStore
 
+    problem = folder_problem(folder)
+    if problem:
+        raise StoreError(f"{url}: {problem} (a chdb store is a folder)")
     return ChdbStore(Path(folder).expanduser(), url=url)
 
 

@@ -245,3 +245,50 @@ def test_markdown_report_has_the_waits_table_of_the_text_report(tmp_path, run_st
     assert re.findall(row, markdown) == waits
     victims = re.search(r"victims \(waited directly\): (.+)", text).group(1)
     assert f"Victims (waited directly): {victims}." in markdown
+
+
+@pytest.mark.parametrize(
+    "flag, under",
+    [("--spool", ""), ("--spool", "sub"), ("--buffer-dir", ""), ("--buffer-dir", "a/b")],
+)
+def test_agent_folder_options_that_are_files_are_named(tmp_path, flag, under):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    path = afile / under if under else afile
+    args = {"--spool": str(tmp_path / "spool"), flag: str(path)}
+    out = cli("agent", "--once", "--collectors", "none", "--store", str(tmp_path / "s"),
+              *[x for kv in args.items() for x in kv], home=str(tmp_path))  # fmt: skip
+    assert out.returncode == 2
+    line = one_error_line(out)
+    assert line.startswith(f"error: {flag} {path}: ") and "Errno" not in line
+    want = "is a file, not a folder" if not under else f"cannot be made: {afile} is a file"
+    assert want in line
+
+
+def test_a_spool_from_the_environment_names_the_setting(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    env_cli = {**os.environ, "RANKSIGHT_HOME": str(tmp_path), "RANKSIGHT_SPOOL_DIR": str(afile)}
+    env_cli.pop("RANKSIGHT_STORE", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "ranksight.cli", "agent", "--once", "--collectors", "none"],
+        capture_output=True, text=True, timeout=120, env=env_cli,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert f"setting agent.spool {afile}: is a file, not a folder" in one_error_line(out)
+
+
+@pytest.mark.parametrize("command", [("runs",), ("report", "--run", "x"), ("import", "in")])
+def test_a_store_folder_that_is_a_file_is_named(tmp_path, command):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    out = cli(*command, "--store", str(afile), home=str(tmp_path))
+    assert out.returncode == 1
+    line = one_error_line(out)
+    assert f"{afile}: is a file, not a folder (a chdb store is a folder)" in line
+
+
+def test_a_config_that_is_a_folder_is_named(tmp_path):
+    out = cli("agent", "--once", "--config", str(tmp_path), home=str(tmp_path))
+    assert out.returncode == 2
+    assert f"--config {tmp_path}: is a folder, not a TOML file" in one_error_line(out)
