@@ -34,6 +34,7 @@ import logging
 import socket
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -65,6 +66,31 @@ def trace_id(run_id: str, attempt: int, step: int) -> int:
 def step_span_id(run_id: str, attempt: int, rank: int, step: int) -> int:
     """The span of one rank's step (64 bits)."""
     return _id(f"{run_id}:{attempt}:{rank}:{step}", 8)
+
+
+def check_endpoint(endpoint: str) -> str:
+    """``endpoint`` (trailing ``/`` dropped) if it is what :class:`OtelExport` sends to: an
+    OTLP/HTTP base URL, ``http://`` or ``https://``, a host, an optional port 1-65535, and
+    no ``/v1/traces`` or ``/v1/metrics`` (those are appended). Raises ValueError quoting
+    it and saying what is wrong (OTLP/gRPC, ``grpc://`` or a bare ``host:4317``, is not
+    spoken here)."""
+    parts = urlsplit(endpoint.strip())
+    want = "an OTLP/HTTP URL like http://collector:4318"
+    if parts.scheme not in ("http", "https"):
+        bare = ":" in endpoint and "://" not in endpoint  # host:port
+        hint = f"; did you mean http://{endpoint}?" if bare else ""
+        raise ValueError(f"{endpoint!r}: not an http:// or https:// URL (want {want}){hint}")
+    if not parts.hostname:
+        raise ValueError(f"{endpoint!r}: no host (want {want})")
+    try:
+        _ = parts.port  # raises for a port that is not 1-65535
+    except ValueError:
+        raise ValueError(f"{endpoint!r}: bad port (want a number 1-65535)") from None
+    if parts.path.rstrip("/").endswith(("/v1/traces", "/v1/metrics")):
+        raise ValueError(
+            f"{endpoint!r}: give the base URL; /v1/traces and /v1/metrics are appended"
+        )
+    return endpoint.strip().rstrip("/")
 
 
 class OtelExport:

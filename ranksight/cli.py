@@ -278,6 +278,7 @@ def agent(
         parse_collectors(collectors)  # a usage error before anything is opened
     except ValueError as e:
         _fail(f"--collectors: {e}", 2)
+    _check_otlp_endpoint(ctx, v["otlp_endpoint"])
     _check_folder(ctx, "spool", spool or default_spool_dir(), "the folder the ranks write to")
     if buffer_dir:
         _check_folder(ctx, "buffer_dir", buffer_dir, "the folder of batches not yet stored")
@@ -344,9 +345,33 @@ def _check_folder(ctx: typer.Context, param: str, path: str, what: str) -> None:
 
     problem = folder_problem(path)
     if problem:
-        given = getattr(ctx.get_parameter_source(param), "name", "") == "COMMANDLINE"
-        where = "--" + param.replace("_", "-") if given else f"setting {_AGENT_SETTINGS[param]}"
-        _fail(f"{where} {path}: {problem} (it must be {what})", 2)
+        _fail(f"{_agent_option(ctx, param)} {path}: {problem} (it must be {what})", 2)
+
+
+def _agent_option(ctx: typer.Context, param: str) -> str:
+    """How an error names an agent option: its flag where it was given on the command
+    line, else the setting it came from (configuration file or environment)."""
+    given = getattr(ctx.get_parameter_source(param), "name", "") == "COMMANDLINE"
+    return "--" + param.replace("_", "-") if given else f"setting {_AGENT_SETTINGS[param]}"
+
+
+def _check_otlp_endpoint(ctx: typer.Context, endpoint: str | None) -> None:
+    """Exit 2 naming the option or variable if the OTLP endpoint in force (the option,
+    else ``$OTEL_EXPORTER_OTLP_ENDPOINT``) is not one the exporter can send to."""
+    where = _agent_option(ctx, "otlp_endpoint")
+    if not endpoint:
+        endpoint, where = (
+            os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            "$OTEL_EXPORTER_OTLP_ENDPOINT",
+        )
+    if not endpoint:
+        return
+    from ranksight.agent.otel import check_endpoint
+
+    try:
+        check_endpoint(endpoint)
+    except ValueError as e:
+        _fail(f"{where} {e}", 2)
 
 
 def _otel_export(agent, endpoint: str | None):

@@ -292,3 +292,27 @@ def test_a_config_that_is_a_folder_is_named(tmp_path):
     out = cli("agent", "--once", "--config", str(tmp_path), home=str(tmp_path))
     assert out.returncode == 2
     assert f"--config {tmp_path}: is a folder, not a TOML file" in one_error_line(out)
+
+
+@pytest.mark.parametrize(
+    "endpoint, env_var",
+    [("notaurl", None), ("collector:4318", None), ("grpc://collector:4317", None),
+     (None, "notaurl")],
+)  # fmt: skip
+def test_agent_refuses_an_otlp_endpoint_it_cannot_send_to(tmp_path, endpoint, env_var):
+    spool = tmp_path / "spool"
+    env_cli = {**os.environ, "RANKSIGHT_HOME": str(tmp_path)}
+    env_cli.pop("RANKSIGHT_STORE", None)
+    env_cli.pop("RANKSIGHT_OTLP_ENDPOINT", None)
+    env_cli["OTEL_EXPORTER_OTLP_ENDPOINT"] = env_var or ""
+    args = ["--otlp-endpoint", endpoint] if endpoint else []
+    out = subprocess.run(
+        [sys.executable, "-m", "ranksight.cli", "agent", "--once", "--spool", str(spool), "--collectors",
+         "none", "--store", str(tmp_path / "s"), *args],
+        capture_output=True, text=True, timeout=120, env=env_cli,
+    )  # fmt: skip
+    assert out.returncode == 2
+    where = (
+        f"--otlp-endpoint {endpoint!r}" if endpoint else "$OTEL_EXPORTER_OTLP_ENDPOINT 'notaurl'"
+    )
+    assert one_error_line(out).startswith(f"error: {where}: ")

@@ -5,6 +5,7 @@ receiver that decodes the protobuf requests."""
 from __future__ import annotations
 
 import gzip
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -154,3 +155,20 @@ def test_an_absent_collector_never_stalls_the_agent(tmp_path):
         assert agent.stats.shipped >= 1
         agent.close()
         export.shutdown()
+
+
+def test_endpoint_must_be_an_otlp_http_base_url() -> None:
+    from ranksight.agent.otel import check_endpoint
+
+    assert check_endpoint("http://collector:4318/") == "http://collector:4318"
+    assert check_endpoint("https://otel.example.com") == "https://otel.example.com"
+    for bad, why in [
+        ("notaurl", "not an http:// or https:// URL"),
+        ("collector:4318", "did you mean http://collector:4318?"),
+        ("grpc://collector:4317", "not an http:// or https:// URL"),
+        ("http://:4318", "no host"),
+        ("http://collector:99999", "bad port"),
+        ("http://collector:4318/v1/traces", "give the base URL"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(f"{bad!r}: ") + ".*" + re.escape(why)):
+            check_endpoint(bad)
