@@ -553,3 +553,41 @@ def test_a_running_run_is_watched_and_new_steps_show_on_the_next_run(monkeypatch
         s.insert("steps", pd.DataFrame(rows))
     at.run()  # what the watcher's rerun does
     assert int({m.label: m.value for m in at.metric}["steps"]) == steps_before + 1
+
+
+def test_read_ahead_serves_the_default_heatmap_and_overview(monkeypatch, tmp_path_factory):
+    """The server's read-ahead (ui.warm) reads a run's default heatmap and overview with
+    the pages' own cache keys: with the store reads then made to fail, both pages still
+    draw, from what the read-ahead cached."""
+    from ranksight.ui import warm
+    from ranksight.ui.config import UiConfig
+    from ranksight.ui.data import heatmap, overview
+
+    stored = synthetic_run(tmp_path_factory)
+    monkeypatch.setenv("RANKSIGHT_STORE", stored.store)
+    st.cache_data.clear()
+    cfg = UiConfig()
+    got = warm.warm(stored.store, cfg.heatmap_rows, cfg.heatmap_cols, cfg.overview_points)
+    assert stored.run_id in got
+
+    def no_read(*args, **kwargs):
+        raise AssertionError("the page read the store instead of the read-ahead's result")
+
+    monkeypatch.setattr(heatmap, "load_heatmap", no_read)
+    monkeypatch.setattr(overview, "step_series", no_read)
+    for name, key in (("heatmap", "heatmap_chart"), ("overview", "overview_chart")):
+        at = AppTest.from_file(APP_PATH, default_timeout=120)
+        at.query_params["page"] = name
+        at.query_params["run"] = stored.run_id
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert echarts_spec(at, key)["series"], name
+
+
+def test_read_ahead_of_a_store_that_is_down_returns_nothing(tmp_path):
+    """A store that cannot be read: the read-ahead logs it and reads nothing (the page
+    reports the error itself)."""
+    from ranksight.ui import warm
+
+    st.cache_data.clear()
+    assert warm.warm("clickhouse://127.0.0.1:1/ranksight", 16, 16, 10) == []

@@ -1,5 +1,5 @@
-"""What the UI's ECharts figures send to the browser: numbers in a dataframe dataset
-(Arrow, not JSON), hover text as templates over its columns (no string per cell),
+"""What the UI's ECharts figures send to the browser: numbers as JSON rows of a dataset
+(no Arrow reader to load), hover text as templates over its columns (no string per cell),
 markers only where few, and what a click on each series selects."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ranksight.ui.figures.heatmap import (
     heatmap_figure,
 )
 from ranksight.ui.figures.overview import MARKERS_UP_TO, overview_figure
+from tests.ui_stores import with_frames
 
 
 def grid(rows: int, cols: int, rank_bin: int, step_bin: int) -> Heatmap:
@@ -43,9 +44,8 @@ def grid(rows: int, cols: int, rank_bin: int, step_bin: int) -> Heatmap:
 
 def sent(spec: dict) -> tuple[pd.DataFrame, int]:
     """The cells' dataset and the size of the rest of the option as JSON (bytes)."""
-    source = spec["dataset"][0]["source"]
     rest = {**spec, "dataset": [{"source": None}]}
-    return source, len(json.dumps(rest))
+    return with_frames(json.loads(json.dumps(spec)))["dataset"][0]["source"], len(json.dumps(rest))
 
 
 def test_binned_heatmap_sends_each_cell_with_its_mean_and_rank_as_numbers():
@@ -59,10 +59,10 @@ def test_binned_heatmap_sends_each_cell_with_its_mean_and_rank_as_numbers():
     np.testing.assert_allclose(mean, h.vmean_ms, atol=0.005 + 1e-9)
     worst = source.pivot(index="row", columns="col", values="largest in rank").to_numpy()
     np.testing.assert_array_equal(worst, h.worst_rank)
-    assert source["rows"].dtype == "category"  # one string per row, not per cell
-    assert source["col"].dtype == np.int16 and source["max ms"].dtype == np.float64
+    assert all(isinstance(v, int | float) for v in spec["dataset"][0]["source"][0])  # no strings
     tip = spec["series"][HEATMAP]["tooltip"]["formatter"]
-    assert "{@[3]} ms, largest in rank {@[4]}" in tip and "{@rows}" in tip
+    assert "{@[3]} ms, largest in rank {@[4]}" in tip and tip.startswith("{b}<br>")
+    assert spec["dataset"][0]["dimensions"][0] == "row"  # {b}: the row's y category
     assert list(source.columns[2:5]) == ["max ms", "mean ms", "largest in rank"]
     assert spec["visualMap"]["dimension"] == 2  # colored by the largest value
     assert rest < 60_000  # strips, axes and labels (128 rows, 200 columns) stay small
@@ -70,7 +70,7 @@ def test_binned_heatmap_sends_each_cell_with_its_mean_and_rank_as_numbers():
 
 def test_unbinned_heatmap_sends_no_mean_or_rank():
     source, _ = sent(heatmap_figure(grid(8, 12, 1, 1)))
-    assert list(source.columns) == ["col", "row", "max ms", "step", "rows"]
+    assert list(source.columns) == ["row", "col", "max ms", "step"]
 
 
 def test_heatmap_marks_culprits_and_the_selection_and_clicks_pick_rank_and_step():
@@ -128,7 +128,7 @@ def test_overview_draws_markers_only_on_short_series():
     long = overview_figure(series(1000), {})
     assert short["series"][0]["showSymbol"] and not long["series"][0]["showSymbol"]
     assert not long["series"][2]["showSymbol"]  # tokens/s
-    assert long["dataset"][0]["source"].shape == (1000, 4)  # no MFU or FLOPs known
+    assert pd.DataFrame(long["dataset"][0]["source"]).shape == (1000, 4)  # no MFU or FLOPs
     onset = short["series"][0]["markLine"]["data"]
     assert onset == [{"xAxis": 40, "name": "rank 3 slow from here"}]
 
@@ -138,3 +138,13 @@ def test_step_time_reads_in_ms_below_a_second_and_in_s_above():
 
     assert duration_text(850.2) == "850 ms" and duration_text(1980.4) == "1.98 s"
     assert duration_text(999.4) == "999 ms" and duration_text(999.6) == "1.00 s"
+
+
+def test_empty_cells_are_sent_as_null_and_values_rounded():
+    h = grid(2, 3, 1, 1)
+    vmax = h.vmax_ms.copy()
+    vmax[1, 2] = np.nan  # a rank with no data in that step
+    h = Heatmap(**{**h.__dict__, "vmax_ms": vmax})
+    source = heatmap_figure(h)["dataset"][0]["source"]
+    assert source[5][2] is None and json.loads(json.dumps(source))[5][2] is None
+    assert source[0][2] == round(float(vmax[0, 0]), 2) and source[0][:2] == [0, 0]

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 _made: dict[str, object] = {}
 """Runs made so far this session (or the error making one raised, raised again at once)."""
@@ -143,24 +144,29 @@ def chart_spec(at, key: str) -> dict:
 
 def echarts_spec(at, key: str) -> dict:
     """The ECharts option of the ``st.echarts_chart`` with key ``key`` in an AppTest, as
-    the browser gets it: each dataframe ``dataset.source`` (sent as Arrow beside the
-    JSON) read back into a pandas DataFrame."""
-    import pyarrow as pa
-
+    the browser gets it, each ``dataset.source`` read into a pandas DataFrame (a
+    dataframe source is sent as Arrow beside the JSON; JSON rows are named by the
+    dataset's ``dimensions``)."""
     for el in at.get("echarts_chart"):
         if key in getattr(el.proto, "id", ""):
-            spec = json.loads(el.proto.spec)
-            tables = {
-                d.name: pa.ipc.open_stream(d.data.data).read_all().to_pandas()
-                for d in el.proto.datasets
-            }
-            sets = spec.get("dataset") or []
-            for d in sets if isinstance(sets, list) else [sets]:
-                src = d.get("source")
-                if isinstance(src, dict) and "name" in src:
-                    d["source"] = tables[src["name"]]
-            return spec
+            return with_frames(json.loads(el.proto.spec), el.proto.datasets)
     raise AssertionError(f"no echarts chart {key!r} on the page")
+
+
+def with_frames(spec: dict, arrow_sets=()) -> dict:
+    """``spec`` with each dataset's source as a DataFrame: Arrow ones (``arrow_sets``:
+    the element's named Arrow datasets) and JSON rows with ``dimensions``."""
+    import pyarrow as pa
+
+    tables = {d.name: pa.ipc.open_stream(d.data.data).read_all().to_pandas() for d in arrow_sets}
+    sets = spec.get("dataset") or []
+    for d in sets if isinstance(sets, list) else [sets]:
+        src = d.get("source")
+        if isinstance(src, dict) and "name" in src:
+            d["source"] = tables[src["name"]]
+        elif isinstance(src, list) and "dimensions" in d:
+            d["source"] = pd.DataFrame(src, columns=d["dimensions"])
+    return spec
 
 
 def compute_ms(store, run_id: str):

@@ -12,7 +12,7 @@ import streamlit as st
 from ranksight import env
 from ranksight.analyzer.queries import resolve_attempt
 from ranksight.store.url import default_store_url, redact
-from ranksight.ui import cache, live, preload
+from ranksight.ui import cache, live, preload, warm
 from ranksight.ui.config import UiConfig
 from ranksight.ui.context import PageContext, go
 from ranksight.ui.data.run import data_watermark
@@ -41,8 +41,9 @@ def store_url() -> str:
 def main(cfg: UiConfig | None = None) -> None:
     """Draw the app for the current URL."""
     st.set_page_config(page_title="ranksight", layout="wide")
-    cfg = cfg or UiConfig()
+    cfg = cfg or UiConfig(heatmap_cols=int(os.environ.get("HMC", "200")), heatmap_rows=int(os.environ.get("HMR", "128")))
     url = store_url()
+    warm.start(url, cfg)  # once per server: the newest runs' reads, in the background
     sel = parse_selection(st.query_params.to_dict())
     body = st.container()
     loading = preload.start(sel.page)  # below the page: its chart library loads while we query

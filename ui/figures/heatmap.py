@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ranksight.ui.data.heatmap import METRICS, Heatmap
+from ranksight.ui.figures.dataset import json_dataset
 
 CULPRIT = "#d62728"
 STRIP = "#8c8c8c"
@@ -30,8 +31,8 @@ bar's band on the right; the step strip's height; the axis band below it; the ga
 between the strips and the cells. The cells span x from LABELS + STRIP_W + GAP to
 width - RIGHT and y from TOP to height - (BOTTOM + STRIP_H + GAP)."""
 
-CELL_COLUMNS = ("col", "row", "max ms", "mean ms", "largest in rank", "step", "rows")
-"""The cells' dataset columns (binned; unbinned cells have no mean and rank)."""
+CELL_COLUMNS = ("row", "col", "max ms", "mean ms", "largest in rank", "step")
+"""The cells' dataset columns (unbinned cells have no mean and rank)."""
 
 
 def chart_height(rows: int) -> int:
@@ -47,13 +48,13 @@ def heatmap_figure(
 ) -> dict:
     """The ECharts option. Series 0 is the heatmap: one row of ``dataset[0]`` per cell,
     row-major (cell (i, j) is row ``i * cols + j``), columns :data:`CELL_COLUMNS`: the
-    column and row index, the cell's largest value (ms, rounded to 0.01 ms; NaN where
-    empty), when binned the mean (ms) and the rank of the largest value, the column's
-    first step and the row's label. Series 1 is the rank strip (per row: ``[mean over
+    row and column index, the cell's largest value (ms, rounded to 0.01 ms; null where
+    empty), when binned the mean (ms) and the rank of the largest value, and the
+    column's first step. Series 1 is the rank strip (per row: ``[mean over
     steps (ms), row, the row's slowest rank, label]``; culprit rows red), series 2 the
     step strip (per column: ``[column, largest over ranks (ms), first step]``), series
-    3 has no points, only the selection's outline. Row 0 is at the top. Culprit rows' axis labels read "culprit ..." in red; the selected
-    rank's row and step's column are outlined. The color scale tops out at the largest
+    3 has no points, only the selection's outline. Row 0 is at the top. Culprit rows' axis labels
+    read "culprit ..." in red; the selected rank's row and step's column are outlined. The color scale tops out at the largest
     value after the first ``skip_steps`` steps (warm-up steps are slow everywhere and
     would wash out the rest). Clicks select a cell or bar (``selectedMode``)."""
     rows, cols = h.shape
@@ -119,7 +120,7 @@ def heatmap_figure(
             "precision": 1,
             "inRange": {"color": VIRIDIS},
         },
-        "dataset": [{"source": cells(h)}],
+        "dataset": [json_dataset(cells(h), {"max ms": 2, "mean ms": 2})],
         "series": [
             _cells_series(h),
             _rank_strip(h),
@@ -145,24 +146,20 @@ def binned(h: Heatmap) -> bool:
 
 
 def cells(h: Heatmap) -> pd.DataFrame:
-    """The cells, one row each, row-major (see :func:`heatmap_figure`). Sent to the
-    browser as Arrow: 2 + 2 + 8 + 4 bytes a cell, binned 8 + 4 more, the labels once."""
+    """The cells, one row each, row-major (see :func:`heatmap_figure`), columns
+    :data:`CELL_COLUMNS`. Sent as JSON rows (``figures.dataset``): the row's label is
+    its y category's (the hover's ``{b}``: "row" is the first category dimension), so no
+    string goes with a cell."""
     rows, cols = h.shape
     out = {
-        "col": np.tile(np.arange(cols, dtype=np.int16), rows),
-        "row": np.repeat(np.arange(rows, dtype=np.int16), cols),
-        "max ms": np.round(h.vmax_ms.astype(np.float64), 2).ravel(),
+        "row": np.repeat(np.arange(rows, dtype=np.int32), cols),
+        "col": np.tile(np.arange(cols, dtype=np.int32), rows),
+        "max ms": h.vmax_ms.astype(np.float64).ravel(),
     }
     if binned(h):
-        out["mean ms"] = np.round(h.vmean_ms.astype(np.float64), 2).ravel()
-        out["largest in rank"] = h.worst_rank.astype(np.int32).ravel()
-    out["step"] = np.tile(np.asarray(h.col_steps, dtype=np.int32), rows)
-    ticks = _tick_labels(h)
-    codes = np.repeat(np.arange(rows), cols)
-    if len(set(ticks)) == rows:  # one dictionary entry per label (as Arrow)
-        out["rows"] = pd.Categorical.from_codes(codes, categories=ticks)
-    else:
-        out["rows"] = pd.Categorical(np.asarray(ticks, dtype=object)[codes])
+        out["mean ms"] = h.vmean_ms.astype(np.float64).ravel()
+        out["largest in rank"] = h.worst_rank.astype(np.int64).ravel()
+    out["step"] = np.tile(np.asarray(h.col_steps, dtype=np.int64), rows)
     return pd.DataFrame(out)
 
 
@@ -171,7 +168,7 @@ def _cells_series(h: Heatmap) -> dict:
         steps = "step {@step}"
     else:
         steps = f"steps {{@step}} to {{@step}}+{h.step_bin - 1}"
-    text = "{@rows}<br>" + steps + "<br>"
+    text = "{b}<br>" + steps + "<br>"  # {b}: the row's label (its y category)
     if binned(h):
         text += "max {@[2]} ms<br>mean {@[3]} ms, largest in rank {@[4]}"
     else:

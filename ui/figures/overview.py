@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ranksight.ui.figures.dataset import json_dataset
+
 MARKERS_UP_TO = 120
 """Points per series drawn with markers; longer series are lines only."""
 
@@ -88,7 +90,7 @@ def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> dict:
                 "show": second is not None,
             },
         ],
-        "dataset": [{"source": data}],
+        "dataset": [json_dataset(data)],
         "series": out,
     }
 
