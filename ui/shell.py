@@ -41,7 +41,7 @@ def store_url() -> str:
 def main(cfg: UiConfig | None = None) -> None:
     """Draw the app for the current URL."""
     st.set_page_config(page_title="ranksight", layout="wide")
-    cfg = cfg or UiConfig(heatmap_cols=int(os.environ.get("HMC", "200")), heatmap_rows=int(os.environ.get("HMR", "128")))
+    cfg = cfg or UiConfig()
     url = store_url()
     warm.start(url, cfg)  # once per server: the newest runs' reads, in the background
     sel = parse_selection(st.query_params.to_dict())
