@@ -33,13 +33,17 @@ profile that has drawn a small run's overview before (the app shell and its char
 library in its HTTP cache, as for anyone who has used the UI), then the page of the big run in a new
 tab; the server shows that run for the first time.
 
+``--think S``: the browser stays S seconds on the Runs page (a fresh server's first page,
+where the server starts reading the newest runs ahead, ``ui/warm.py``) before it opens
+the run's pages, as a user reading the list would; 0 (default) opens them at once.
+
 ``--floor N`` first measures, N times each, what no page can beat: a fresh browser's
 first render of a trivial Streamlit app with one 3-point chart drawn by Streamlit's
 Plotly, by its ECharts (``st.echarts_chart``, a lighter bundle), and with no chart.
 
     python bench/ui_load.py [--sizes 1024x1000,16384x100] [--work DIR] [--keep] [--reuse]
                             [--pages heatmap,overview,heatmap_waited] [--before ROOT]
-                            [--floor N]
+                            [--floor N] [--think S]
 
 Prints one table row per size and page; record results in bench/RESULTS.md.
 """
@@ -251,6 +255,7 @@ def bench_size(
     repeat: int = 1,
     pages: tuple[str, ...] = tuple(PAGES),
     before: str | None = None,
+    think: float = 0.0,
 ) -> list[dict]:
     folder = os.path.abspath(os.path.join(work, f"store-{ranks}x{steps}"))
     found = stored_run(folder, ranks, steps) if reuse and os.path.isdir(folder) else None
@@ -276,7 +281,7 @@ def bench_size(
         order = list(codes) if i % 2 == 0 else list(reversed(codes))
         for code in order:
             print(f"  round {i + 1}, {code} UI:", flush=True)
-            for name, got in visit_pages(folder, run_id, pages, codes[code]).items():
+            for name, got in visit_pages(folder, run_id, pages, codes[code], think).items():
                 times[(code, name)].append(got)
         print(f"  round {i + 1}, new UI, returning user:", flush=True)
         for name, got in visit_returning(folder, run_id, pages).items():
@@ -304,10 +309,11 @@ def bench_size(
 
 
 def visit_pages(
-    folder: str, run_id: str, pages: tuple[str, ...], root: str | None = None
+    folder: str, run_id: str, pages: tuple[str, ...], root: str | None = None, think: float = 0.0
 ) -> dict[str, tuple[float, float]]:
     """A fresh ``ranksight ui`` on ``folder`` (``root``: see :func:`start_ui`), in a fresh
-    browser: each page's first and second render (s)."""
+    browser that opens the Runs page first and stays there ``think`` seconds: each page's
+    first and second render (s)."""
     proc, base = start_ui(folder, root)
     out = {}
     try:
@@ -316,6 +322,7 @@ def visit_pages(
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
             render_time(browser, f"{base}/?page=runs")  # server warm-up
+            time.sleep(think)  # a user reading the runs list
             for name in pages:
                 page, extra, key = PAGES[name]
                 url = f"{base}/?page={page}&run={run_id}{extra}"
@@ -477,6 +484,13 @@ def main() -> None:
         "--before", default=None, help="folder with an older ranksight package to compare"
     )
     ap.add_argument("--floor", type=int, default=0, help="trivial-app renders first (N each)")
+    ap.add_argument(
+        "--think",
+        type=float,
+        default=0.0,
+        help="seconds the browser stays on the Runs page (a fresh server's first page) "
+        "before it opens the run's pages (default 0: at once)",
+    )
     args = ap.parse_args()
     floors = floor(args.floor) if args.floor else {}
     pages = tuple(p for p in args.pages.split(",") if p)
@@ -490,7 +504,7 @@ def main() -> None:
     try:
         for size in args.sizes.split(","):
             r, s = (int(x) for x in size.lower().split("x"))
-            rows += bench_size(r, s, work, args.reuse, args.repeat, pages, args.before)
+            rows += bench_size(r, s, work, args.reuse, args.repeat, pages, args.before, args.think)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
