@@ -2,8 +2,8 @@
 
 Layout under ``<state>/batches/``: one folder per batch, ``<seq:012d>/``, holding one
 file per table (``<table>.arrow``: an uncompressed Arrow IPC file, sealed while the
-shippers keep up; ``<table>.parquet``: zstd Parquet, once a backlog builds or for a batch
-over an eighth of the bound) and
+shippers keep up; ``<table>.parquet``: zstd Parquet, once a backlog builds (see
+:data:`BACKLOG_S`) or for a batch over an eighth of the bound) and
 ``manifest.json``: the
 batch's sequence number, its random 63-bit ``uid`` (the root of its delivery ids, see
 ``agent/deliver.py``), row counts, and the spool offsets reached when it was sealed. A
@@ -36,13 +36,18 @@ FAST, DENSE = "arrow", "zstd"
 """How a batch is sealed. ``arrow`` while the shippers keep up: an uncompressed Arrow IPC
 file, about 0.05 µs and 141 bytes a record of the hooks' mix on the test VM, which a
 shipper process maps back for free (the batch is gone from disk within a second or two).
-``zstd`` once a backlog builds up (a store outage): Parquet, no dictionary encoding, about
-0.23 µs and 9 bytes a record, so the bound holds 15x more records; reading it back costs a
-shipper about 0.25-0.35 µs a record. Parquet with lz4 (the earlier fast format) took
+``zstd`` once a backlog builds up (a store outage, :data:`BACKLOG_S`): Parquet, no
+dictionary encoding, about 0.23 µs and 9 bytes a record, so the bound holds 15x more
+records; reading it back costs a shipper about 0.25-0.35 µs a record. Parquet with lz4 (the earlier fast format) took
 0.15-0.3 µs to write, 0.3 µs to read back, 22 bytes; Arrow IPC with lz4 0.1 µs each way,
 42 bytes (``bench/ingest.py``'s notes in ``bench/RESULTS.md``)."""
-BACKLOG_BATCHES = 2
-"""Buffered batches past which new batches are sealed :data:`DENSE`."""
+BACKLOG_S = 5.0
+"""New batches are sealed :data:`DENSE` while the oldest buffered batch was sealed more
+than this long ago (seconds: the store is down or slower than the spool), or while the
+buffered batches take over 1/:data:`_FAST_SHARE` of the bound. A few batches waiting for
+a moment (the reader sealing a burst faster than the shippers send it) are no backlog:
+sealing them dense would cost the reader about 0.2 µs and each shipper 0.3 µs a record
+more than it saves (``bench/ingest.py``)."""
 _FAST_SHARE = 8
 """A batch over 1/8 of the buffer's bound is sealed :data:`DENSE` even without a backlog."""
 _KEEP_IN_MEMORY = 2  # newest sealed batches the shipper takes without reading them back
@@ -92,7 +97,9 @@ class DiskBuffer:
         for leftover in list(self.folder.glob(".*")):  # half-written or half-deleted
             shutil.rmtree(leftover, ignore_errors=True)
         self._sizes = {seq: _du(self._path(seq)) for seq in self._listed()}
-        self._rows = {seq: sum(self._manifest(seq)["rows"].values()) for seq in self._sizes}
+        manifests = {seq: self._manifest(seq) for seq in self._sizes}
+        self._rows = {seq: sum(m["rows"].values()) for seq, m in manifests.items()}
+        self._created = {seq: int(m.get("created_ns", 0)) for seq, m in manifests.items()}
 
     def _path(self, seq: int) -> Path:
         return self.folder / f"{seq:012d}"
@@ -150,8 +157,11 @@ class DiskBuffer:
         tmp = self.folder / f".{seq:012d}.tmp"
         tmp.mkdir()
         raw = sum(t.nbytes for t in tables.values())
+        now_ns = time.time_ns()
         with self._lock:
-            backlog = len(self._sizes) > BACKLOG_BATCHES
+            buffered = sum(self._sizes.values())
+            oldest = min(self._created.values(), default=now_ns)
+        backlog = buffered * _FAST_SHARE > self.max_bytes or now_ns - oldest > BACKLOG_S * 1e9
         # FAST only while the shippers keep up and the batch is small beside the bound
         # (a bound of a few batches holds them compressed)
         compression = DENSE if backlog or raw * _FAST_SHARE > self.max_bytes else FAST
@@ -168,7 +178,7 @@ class DiskBuffer:
         manifest = {
             "seq": seq,
             "uid": secrets.randbits(63) or 1,
-            "created_ns": time.time_ns(),
+            "created_ns": now_ns,
             "rows": {name: t.num_rows for name, t in tables.items()},
             "offsets": offsets,
         }
@@ -183,6 +193,7 @@ class DiskBuffer:
         size = _du(self._path(seq))
         with self._lock:
             self._sizes[seq], self._rows[seq] = size, sum(manifest["rows"].values())
+            self._created[seq] = now_ns
             if self.keep_in_memory:
                 self._recent[seq] = (tables, manifest)
             while len(self._recent) > self.keep_in_memory:
@@ -218,6 +229,7 @@ class DiskBuffer:
         with self._lock:
             self._sizes.pop(seq, None)
             self._rows.pop(seq, None)
+            self._created.pop(seq, None)
             self._recent.pop(seq, None)
         gone = self.folder / f".{seq:012d}.gone"
         try:

@@ -148,3 +148,38 @@ def test_spool_folder_is_owner_only(tmp_path, chdb) -> None:
 def test_agent_config_rejects_bad_values_naming_them(field, value, says) -> None:
     with pytest.raises(ValueError, match=says):
         AgentConfig(**{field: value})
+
+
+def test_a_burst_of_batches_is_sealed_fast_and_a_lasting_backlog_dense(
+    tmp_path, monkeypatch
+) -> None:
+    """Several batches sealed faster than they are shipped stay uncompressed Arrow IPC;
+    once the oldest has waited over BACKLOG_S, or the buffer holds over an eighth of its
+    bound, new batches are zstd Parquet (and both read back the same)."""
+    import pyarrow as pa
+
+    from ranksight.agent import buffer as buffer_mod
+
+    rows = pa.table({"step": pa.array(range(1000), pa.uint32())})
+    buffer = DiskBuffer(tmp_path, 1 << 30, "drop_oldest", fsync=False, keep_in_memory=0)
+
+    def kind(seq: int) -> str:
+        return {p.suffix for p in (buffer.folder / f"{seq:012d}").glob("steps.*")}.pop()
+
+    for seq in range(1, 7):
+        buffer.seal(seq, {"steps": rows}, {})
+    assert [kind(s) for s in range(1, 7)] == [".arrow"] * 6
+    monkeypatch.setattr(buffer_mod, "BACKLOG_S", 0.0)  # batch 1 has now waited too long
+    buffer.seal(7, {"steps": rows}, {})
+    assert kind(7) == ".parquet"
+    monkeypatch.setattr(buffer_mod, "BACKLOG_S", 5.0)
+    for seq in range(1, 8):
+        buffer.remove(seq)
+    buffer.seal(8, {"steps": rows}, {})
+    assert kind(8) == ".arrow"
+    small = DiskBuffer(tmp_path / "small", 8 * buffer.size[1] - 100, "drop_oldest", False, 0)
+    small.seal(1, {"steps": rows}, {})
+    small.seal(2, {"steps": rows}, {})  # the buffer holds over an eighth of its bound
+    assert [p.suffix for p in sorted(small.folder.glob("*/steps.*"))] == [".arrow", ".parquet"]
+    for seq in (1, 2):
+        assert buffer_mod.read_batch(small.folder, seq).tables["steps"].equals(rows)
