@@ -44,6 +44,10 @@ CH_PASSWORD_FILE = "RANKSIGHT_CH_PASSWORD_FILE"
 ``RANKSIGHT_CH_PASSWORD`` give none); it must not be readable by other users."""
 CH_CA_CERTS = "RANKSIGHT_CH_CA_CERTS"
 """CA bundle (PEM) to verify a ``clickhouses://`` (TLS) server with (default: the system's)."""
+CH_COMPRESSION = "RANKSIGHT_CH_COMPRESSION"
+"""Compression of the data sent to and read from a ClickHouse server: ``lz4`` (default) or
+``none`` (saves the node agent about a third of its client CPU where the network costs
+nothing, e.g. a server on the same host: ``bench/ingest.py``)."""
 CLICKHOUSE_SERVER = "RANKSIGHT_CLICKHOUSE_SERVER"
 """Path of the ``clickhouse-server`` binary for local servers (default: PATH, then
 ``/usr/sbin/clickhouse-server``, where Debian puts it)."""

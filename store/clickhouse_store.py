@@ -39,6 +39,8 @@ try:
     COMPRESSION: str | bool = "lz4"
 except ImportError:  # pragma: no cover - both are dependencies; stay usable without them
     COMPRESSION = False
+COMPRESSIONS = ("lz4", "none")
+"""What ``ClickHouseStore(compression=...)`` takes (``$RANKSIGHT_CH_COMPRESSION``)."""
 
 _QUERY_PREFIX = "ranksight-"
 _UNREACHABLE = (errors.NetworkError, errors.SocketTimeoutError, EOFError, OSError)
@@ -53,7 +55,9 @@ class ClickHouseStore(Store):
     Connects lazily and reconnects after a failure; one query at a time per store
     (thread-safe). ``connect_timeout`` and ``query_timeout`` are in seconds. ``secure``:
     TLS, the server's certificate verified against ``ca_certs`` (a PEM file) or the
-    system's CAs. Every error is a StoreError naming the URL (never the password).
+    system's CAs. ``compression``: one of :data:`COMPRESSIONS` (None: lz4), for data both
+    ways; raises ValueError for another. Every error is a StoreError naming the URL (never
+    the password).
     """
 
     def __init__(
@@ -68,11 +72,16 @@ class ClickHouseStore(Store):
         url: str | None = None,
         connect_timeout: float = 3.0,
         query_timeout: float = 300.0,
+        compression: str | None = None,
     ) -> None:
+        if compression not in (None, *COMPRESSIONS):
+            raise ValueError(
+                f"ClickHouse compression {compression!r} is not one of {', '.join(COMPRESSIONS)}"
+            )
         self._params = dict(
             host=host, port=port, database=database, user=user, password=password,
             secure=secure, ca_certs=ca_certs, url=url, connect_timeout=connect_timeout,
-            query_timeout=query_timeout,
+            query_timeout=query_timeout, compression=compression,
         )  # fmt: skip
         self.host, self.port, self.database = host, port, check_identifier(database)
         self.url = url or f"clickhouse://{host}:{port}/{database}"
@@ -81,7 +90,7 @@ class ClickHouseStore(Store):
             user=user,
             password=password,
             secure=secure,
-            compression=COMPRESSION,
+            compression=False if compression == "none" else COMPRESSION,
             connect_timeout=connect_timeout,
             send_receive_timeout=query_timeout,
             client_name="ranksight",
@@ -188,6 +197,7 @@ class ClickHouseStore(Store):
             url=f"clickhouse{'s' if options['secure'] else ''}://{host}:{port}/{self.database}",
             connect_timeout=self._options["connect_timeout"],
             query_timeout=self._options["send_receive_timeout"],
+            compression=self._params["compression"],
         )  # fmt: skip
 
     def run_ddl(self, statements: Sequence[str], tolerate_existing: bool = False) -> None:

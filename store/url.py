@@ -20,6 +20,7 @@ them are decoded. A URL with a password is for the environment (``$RANKSIGHT_STO
 never for a command line, where every user of the host can read it: the CLI refuses one
 (:func:`refuse_password`). TLS: ``clickhouses://``, verified against the system's CAs or
 ``$RANKSIGHT_CH_CA_CERTS``. Passwords never appear in errors or logs (:func:`redact`).
+Compression of a server's traffic: lz4, or ``$RANKSIGHT_CH_COMPRESSION`` (``lz4``, ``none``).
 """
 
 from __future__ import annotations
@@ -145,6 +146,11 @@ def _server_store(url: str, scheme: str, connect: bool) -> Store:
         raise StoreError(f"{shown}: database {database!r} is not a plain name (letters, digits, _)")
     if parts.query or parts.fragment:
         raise StoreError(f"{shown}: options after '?' or '#' are not supported")
+    compression = os.environ.get(env.CH_COMPRESSION) or None
+    if compression not in (None, "lz4", "none"):
+        raise StoreError(
+            f"${env.CH_COMPRESSION} is {compression!r}: want lz4 or none (store {shown})"
+        )
     store = ClickHouseStore(
         parts.hostname,
         port,
@@ -154,6 +160,7 @@ def _server_store(url: str, scheme: str, connect: bool) -> Store:
         secure=scheme == "clickhouses",
         ca_certs=os.environ.get(env.CH_CA_CERTS) or None,
         url=shown,
+        compression=compression,
     )
     if connect:
         store.ping()

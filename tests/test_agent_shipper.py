@@ -193,3 +193,28 @@ def test_shipper_processes_die_with_a_killed_agent(server, tmp_path) -> None:
     finally:
         if agent.poll() is None:
             agent.kill()
+
+
+def test_uncompressed_traffic_is_a_setting_the_shipper_processes_follow(
+    server, tmp_path, monkeypatch
+) -> None:
+    from ranksight.store.base import StoreError
+
+    url = fresh_url(server, "plain")
+    monkeypatch.setenv("RANKSIGHT_CH_COMPRESSION", "none")
+    store = open_store(url)
+    assert not store._client.connection.compression
+    agent = Agent(str(tmp_path / "spool"), store, config=AgentConfig(stats_interval_s=0))
+    assert agent._ship_spec["clickhouse"]["compression"] == "none"  # what the children open
+    running = Running(agent)
+    try:
+        agent.submit("steps", steps("plain", 0, 1000))
+        wait_for(lambda: agent.stats.shipped == 1000)
+        assert stored(url, "plain") == (1000, 1000)
+    finally:
+        running.stop()
+    monkeypatch.setenv("RANKSIGHT_CH_COMPRESSION", "gzip")
+    with pytest.raises(StoreError, match="RANKSIGHT_CH_COMPRESSION is 'gzip': want lz4 or none"):
+        open_store(url)
+    monkeypatch.delenv("RANKSIGHT_CH_COMPRESSION")
+    assert open_store(url)._client.connection.compression  # lz4 by default
