@@ -113,6 +113,13 @@ class Store(abc.ABC):
         ``None`` when an insert is always one unit. This default: ``None``."""
         return None
 
+    def tables_version(self, tables: Sequence[str]) -> object | None:
+        """A hashable value that changes whenever rows are added to or removed from any
+        of ``tables``, cheap to get (no query), so that readers can cache results per
+        version; None where the backend has no such value (then every read queries).
+        This default: None."""
+        return None
+
     def shard_column(self, table: str) -> str | None:
         """The column whose value picks the shard a row of ``table`` is stored on (a
         cluster's sharding key, ``store/cluster.py``): rows of one insert with several

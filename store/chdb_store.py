@@ -130,6 +130,22 @@ class ChdbStore(Store):
             raise StoreError(f"{self.url}: query failed: {exc}") from None
         return frame_from_arrow(data)
 
+    def tables_version(self, tables: Sequence[str]) -> tuple:
+        """Per table, the number of its segments and a hash of their names: segments are
+        immutable and their names never reused (``store/segments.py``), so any insert,
+        compaction or deletion changes it. One directory listing per table (about a
+        millisecond), no query; a table folder that is missing counts as empty."""
+        out = []
+        for table in tables:
+            try:
+                names = sorted(
+                    e.name for e in os.scandir(self.folder / table) if e.name.endswith(".parquet")
+                )
+            except FileNotFoundError:
+                names = []
+            out.append((table, len(names), hash(tuple(names))))
+        return tuple(out)
+
     def schema_version(self) -> int:
         """The highest version in the ``schema_version`` segments (0 if none), read with
         pyarrow: writers (the node agent) never load the chdb engine. Raises StoreError if

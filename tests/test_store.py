@@ -322,6 +322,25 @@ def test_compact_merges_segments_without_changing_answers(chdb_url: str) -> None
         assert store.compact("steps") == 0
 
 
+def test_tables_version_moves_with_inserts_and_compaction_only(chdb_url: str) -> None:
+    """A chdb folder's tables version: the same while nothing is written, new after an
+    insert (only for that table) and after a compaction that merges its segments."""
+    with open_store(chdb_url) as store:
+        store.init_schema()
+        v0 = store.tables_version(["steps", "runs"])
+        assert store.tables_version(["steps", "runs"]) == v0
+        store.query("SELECT count() AS n FROM steps")  # a read changes nothing
+        assert store.tables_version(["steps", "runs"]) == v0
+        store.insert("steps", pd.DataFrame({"run_id": "v", "step": [0], "rank": [0]}))
+        v1 = store.tables_version(["steps", "runs"])
+        assert v1 != v0 and v1[1] == v0[1]  # runs untouched
+        store.insert("steps", pd.DataFrame({"run_id": "v", "step": [1], "rank": [0]}))
+        v2 = store.tables_version(["steps"])
+        assert store.compact("steps") == 3
+        assert store.tables_version(["steps"]) not in (v2, (v1[0],))
+        assert store.tables_version(["no_such_table"]) == (("no_such_table", 0, hash(())),)
+
+
 def test_inserts_compact_small_segments_automatically(tmp_path: Path) -> None:
     store = ChdbStore(tmp_path, auto_compact=5)
     store.init_schema()
@@ -412,3 +431,36 @@ def test_newer_schema_version_is_refused(store: Store) -> None:
 def test_query_on_a_missing_chdb_store_says_to_initialize(tmp_path) -> None:
     with pytest.raises(StoreError, match="init_schema"):
         open_store(str(tmp_path / "none")).query("SELECT count() FROM steps")
+
+
+def test_server_inserts_go_in_sort_key_order_with_every_row_kept() -> None:
+    """Rows are sent in the table's ORDER BY order (String keys compare bytewise, like the
+    server; constant keys are skipped), every column permuted alike, nothing lost."""
+    import numpy as np
+    import pandas as pd
+
+    from ranksight.store.clickhouse_store import _SORT_MIN_ROWS, in_sort_key_order
+
+    rng = np.random.default_rng(3)
+    n = _SORT_MIN_ROWS + 500
+    words = pd.Index([b"g10", b"g9", b"g1", b"g1-x"], dtype=object)  # not in byte order
+    group = pd.Categorical.from_codes(rng.integers(0, 4, n), words)
+    run = pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), pd.Index([b"r"], dtype=object))
+    seq = rng.integers(0, 50, n).astype(np.uint64)
+    rank = rng.integers(0, 8, n).astype(np.uint32)
+    value = np.arange(n, dtype=np.int64)  # identifies each row
+    names = ["run_id", "group_id", "group_seq", "rank", "value"]
+    got = in_sort_key_order(
+        names, [run, group, seq, rank, value], ("run_id", "group_id", "group_seq", "rank")
+    )
+    keys = list(zip(np.asarray(got[1]), got[2], got[3], strict=True))
+    assert keys == sorted(keys)
+    assert sorted(got[4]) == list(value)  # a permutation of the rows
+    original = {
+        int(v): (g, s, r) for v, g, s, r in zip(value, np.asarray(group), seq, rank, strict=True)
+    }
+    assert all(original[int(v)] == k for v, k in zip(got[4], keys, strict=True))
+    few = [c[:10] for c in (run, group, seq, rank, value)]
+    assert all(
+        a is b for a, b in zip(in_sort_key_order(names, few, ("group_id",)), few, strict=True)
+    )

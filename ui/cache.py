@@ -12,7 +12,7 @@ import streamlit as st
 
 from ranksight.store import Store, open_store
 from ranksight.ui.data import hang, heatmap, mesh, overview, runs, timeline
-from ranksight.ui.data.run import RunMark, RunView, load_run_view
+from ranksight.ui.data.run import MARK_TABLES, RunMark, RunView, data_watermark, load_run_view
 
 
 def _run_key(run: RunView) -> tuple[str, int]:
@@ -43,6 +43,23 @@ def runs_table(url: str, search: str, hang_after_s: float):
 def run_list(url: str):
     """``data.runs.run_list`` (refreshed every 2 s: new runs show up)."""
     return runs.run_list(_store(url))
+
+
+def run_mark(url: str, run_id: str, attempt: int) -> RunMark:
+    """The run attempt's data version (``data.run.data_watermark``). Where the store can
+    say cheaply whether its tables changed (``Store.tables_version``: chdb folders), the
+    mark is read once per version of those tables; else (a ClickHouse server) it is one
+    small query each call. Raises StoreError."""
+    version = _store(url).tables_version(MARK_TABLES)
+    if version is None:
+        return data_watermark(_store(url), run_id, attempt)
+    return _mark_at(url, run_id, attempt, version)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _mark_at(url: str, run_id: str, attempt: int, version) -> RunMark:
+    """``data.run.data_watermark`` at tables version ``version``."""
+    return data_watermark(_store(url), run_id, attempt)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import streamlit as st
 
 from ranksight.ui import cache
-from ranksight.ui.data.run import data_watermark
 
 
 def watch(url: str, run, mark, refresh_s: float, probe=None) -> None:
@@ -18,7 +17,7 @@ def watch(url: str, run, mark, refresh_s: float, probe=None) -> None:
 
     @st.fragment(run_every=refresh_s)
     def _check() -> None:
-        now = data_watermark(cache.store_for(url), run.run_id, run.attempt)
+        now = cache.run_mark(url, run.run_id, run.attempt)
         if now != mark or (probe is not None and probe() != seen):
             st.rerun(scope="app")
         extra = " or progress snapshots" if probe is not None else ""

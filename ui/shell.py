@@ -15,7 +15,6 @@ from ranksight.store.url import default_store_url, redact
 from ranksight.ui import cache, live, preload, warm
 from ranksight.ui.config import UiConfig
 from ranksight.ui.context import PageContext, go
-from ranksight.ui.data.run import data_watermark
 from ranksight.ui.data.runs import run_status
 from ranksight.ui.guard import NoData, page_guard
 from ranksight.ui.state import PAGES, Selection, parse_selection
@@ -87,7 +86,7 @@ def _context(url: str, cfg: UiConfig, sel: Selection) -> PageContext:
     if picked != sel.run:
         go(sel, run=picked, attempt=None, step=None, rank=None, finding=None)
     row, attempt = _attempt(url, listed, picked, sel.attempt)
-    mark = data_watermark(cache.store_for(url), picked, attempt)
+    mark = cache.run_mark(url, picked, attempt)
     view = cache.run_view(url, picked, attempt, mark)
     hangs = sum(f.kind == "hang" for f in view.findings)
     status = run_status(

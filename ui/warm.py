@@ -24,7 +24,7 @@ from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ct
 
 from ranksight.ui import cache
 from ranksight.ui.config import UiConfig
-from ranksight.ui.data.run import ORDERS, data_watermark
+from ranksight.ui.data.run import ORDERS
 from ranksight.ui.state import Selection
 
 WARM_RUNS = 3
@@ -66,7 +66,7 @@ def warm(url: str, rows: int, cols: int, points: int, runs: int = WARM_RUNS) -> 
     default = Selection()
     for run_id, attempt in zip(latest["run_id"], latest["attempt"], strict=True):
         try:
-            mark = data_watermark(cache.store_for(url), str(run_id), int(attempt))
+            mark = cache.run_mark(url, str(run_id), int(attempt))
             view = cache.run_view(url, str(run_id), int(attempt), mark)
             span = cache.step_range(url, view, mark)
             if span is not None:

@@ -103,6 +103,10 @@ class RunMark:
         return (self.first_step, self.last_step) if self.step_rows else None
 
 
+MARK_TABLES = ("steps", "findings", "runs", "ranks")
+"""The tables :data:`MARK` reads: a run's mark can only change when one of them does."""
+
+
 def data_watermark(store: Store, run_id: str, attempt: int) -> RunMark:
     """The run attempt's :class:`RunMark` (one query). Raises StoreError."""
     got = store.query(MARK, {"run_id": run_id, "attempt": attempt})
