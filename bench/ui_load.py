@@ -187,13 +187,13 @@ new MutationObserver(() => {
 """
 
 # Done: the script run is over, the loading placeholder is gone and the page's own chart
-# is drawn: an ECharts chart with its option set (aria-busy off; animation off, so drawn
+# is drawn (no key: the Runs page, its table drawn): an ECharts chart with its option set (aria-busy off; animation off, so drawn
 # in full) on a sized canvas, or a Plotly chart (an older UI) with its traces drawn (a
 # heatmap image, or scatter lines).
 DRAWN = """(key) => {
   if (document.querySelector('[data-testid=stStatusWidget]')) return false;
   if (document.querySelector('[class*="st-key-chart_preload"]')) return false;
-  if (!key) return true;
+  if (!key) return !!document.querySelector('[data-testid=stDataFrame] canvas');  // Runs
   const box = document.querySelector('[class*="st-key-' + key + '"]');
   if (!box) return false;
   const gd = box.querySelector('.js-plotly-plot');
