@@ -17,11 +17,13 @@ class UiConfig:
     heatmap_rows: int = 128
     """Most rank rows the heatmap draws; more ranks are binned (max and mean per bin).
     128 rows fill the chart's 860 px at 6-7 px each."""
-    heatmap_cols: int = 200
-    """Most step columns the heatmap draws; more steps are binned. 200 columns fill the
-    heatmap's width (about 950 px in a 1,400 px window) at 4-5 px each; at 256 x 400 the
-    page sent 1.45 MB of figure for 256 x 334 cells, at 128 x 200 0.45 MB, and the browser
-    spent 0.4-0.7 s more drawing it (bench/RESULTS.md)."""
+    heatmap_cols: int = 100
+    """Most step columns the heatmap draws; more steps are binned (the Steps slider
+    narrows the range down to one step a column). 100 columns fill the heatmap's width
+    (about 950 px in a 1,400 px window) at 9-10 px each. The browser's drawing time grows
+    with the cells: at 128 x 200 it spent about 0.25 s more of its main thread than at
+    128 x 100 (ECharts builds one element per cell; bench/RESULTS.md), at 256 x 400 the
+    page sent 1.45 MB of figure."""
     timeline_ranks: int = 64
     """Most ranks one timeline draws (a window of the mesh order around the selection)."""
     overview_points: int = 1000

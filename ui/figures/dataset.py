@@ -3,7 +3,7 @@
 ``st.echarts_chart`` sends a dataframe ``dataset.source`` as Arrow, and the browser then
 loads Streamlit's Arrow reader (about 1 MB of script: ``arrowFormatUtils``, ``moment``,
 ``numbro``, ...) before it can draw; JSON rows need nothing beyond ECharts itself. At the
-sizes the pages send (at most 128 x 200 heatmap cells of 4-6 numbers, 1,000 overview
+sizes the pages send (at most 128 x 100 heatmap cells of 4-6 numbers, 1,000 overview
 points) the JSON is under 1 MB and parses in milliseconds (bench/RESULTS.md, "Web UI
 load time").
 """
