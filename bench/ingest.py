@@ -15,7 +15,8 @@
    into a chdb folder (the binary spool), and into the server again from the JSON spool;
    records/s, CPU% (user+sys over wall, the agent and its shipper processes) and peak
    RSS (their sum, sampled every 0.1 s). The spool is kept (``keep_spool``) and moved
-   back, so that each run reads the same files.
+   back, so that each run reads the same files. Into the server once more without
+   compression (``$RANKSIGHT_CH_COMPRESSION=none``: lz4 is the default).
 
 Prints records/s and the ratio agent / server ceiling (the target is >= 0.5, and >= 1 M
 records/s where the ceiling allows). Run (needs ``clickhouse-server``)::
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -60,8 +62,14 @@ me = psutil.Process()
 def cpu():
     kids = {k.pid: k.cpu_times() for k in me.children()}
     return {me.pid: me.cpu_times(), **kids}
-def rss():
-    return sum(p.memory_info().rss for p in [me, *me.children()])
+def rss():  # shippers by pid, as me.children() reads every process's /proc/PID/stat
+    total = me.memory_info().rss
+    for pid in [p.pid for p in agent.shipper_processes if p.pid]:
+        try:
+            total += psutil.Process(pid).memory_info().rss
+        except psutil.Error:
+            pass
+    return total
 c0, w0 = cpu(), time.perf_counter()
 os.rename(staged, os.path.join(spool, "bench"))  # the spool's records appear now
 peak, sampled = rss(), w0
@@ -184,15 +192,15 @@ def chdb_ceiling(folder: Path, total: int) -> float:
     return total / seconds
 
 
-def run_agent(spool: Path, url: str, batch_rows: int, total: int) -> dict:
-    """Run an agent into ``url`` in a child process, on a fresh spool folder into which
-    ``spool``'s run folder is moved once the agent is ready, until it has shipped
-    ``total`` rows; its measurements."""
+def run_agent(spool: Path, url: str, batch_rows: int, total: int, env: dict | None = None) -> dict:
+    """Run an agent into ``url`` in a child process (``env``: more environment), on a
+    fresh spool folder into which ``spool``'s run folder is moved once the agent is
+    ready, until it has shipped ``total`` rows; its measurements."""
     folder = Path(tempfile.mkdtemp(prefix="spool-", dir=spool.parent))
     out = subprocess.run(
         [sys.executable, "-c", AGENT, str(folder), url, str(batch_rows), str(total),
          str(spool / "bench")],
-        capture_output=True, text=True, check=True,
+        capture_output=True, text=True, check=True, env={**os.environ, **(env or {})},
     )  # fmt: skip
     subprocess.run(["rm", "-rf", str(folder)], check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -253,6 +261,15 @@ def main() -> None:
         runs = [
             ("ClickHouse 18.16", "binary", run_agent(work / "spool", url, args.batch_rows, total))
         ]
+        plain = {"RANKSIGHT_CH_COMPRESSION": "none"}
+        url_plain = f"clickhouse://127.0.0.1:{server.tcp_port}/agent_plain"
+        runs.append(
+            (
+                "ClickHouse 18.16, no compression",
+                "binary",
+                run_agent(work / "spool", url_plain, args.batch_rows, total, plain),
+            )
+        )
         chdb_url = f"chdb://{work}/chdb"
         runs.append(
             ("chdb folder", "binary", run_agent(work / "spool", chdb_url, args.batch_rows, total))
