@@ -21,7 +21,7 @@
 Prints records/s and the ratio agent / server ceiling (the target is >= 0.5, and >= 1 M
 records/s where the ceiling allows). Run (needs ``clickhouse-server``)::
 
-    python bench/ingest.py [--records 1000000] [--ranks 8]
+    python bench/ingest.py [--records 1000000] [--ranks 8] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -244,6 +244,10 @@ def main() -> None:
         help="records per writer flush (a rank writing 10,000 records/s, flushing every 0.25 s)",
     )  # fmt: skip
     parser.add_argument("--no-json", action="store_true", help="skip the JSON spool run")
+    parser.add_argument(
+        "--repeat", type=int, default=1,
+        help="runs into the server (each compression), alternated: the machine may be shared",
+    )  # fmt: skip
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ranksight-ingest-"))
     size = write_spool(work / "spool", args.records, args.ranks, args.frame_records, "binary")
@@ -252,24 +256,24 @@ def main() -> None:
     if not args.no_json:
         json_size = write_spool(work / "json", args.records, args.ranks, 0, "json")
         print(f"JSON spool: {json_size / 1e6:.0f} MB ({json_size / total:.0f} B/record)")
+    os.sync()  # the spools' writeback is not to run beside the measurements
     server = start_local_server(work / "clickhouse")
     try:
         ceiling_store = open_store(f"clickhouse://127.0.0.1:{server.tcp_port}/ceiling")
         ceiling_store.init_schema()
         ceiling = server_ceiling(ceiling_store, total)
         url = f"clickhouse://127.0.0.1:{server.tcp_port}/agent"
-        runs = [
-            ("ClickHouse 18.16", "binary", run_agent(work / "spool", url, args.batch_rows, total))
-        ]
+        runs = []
         plain = {"RANKSIGHT_CH_COMPRESSION": "none"}
-        url_plain = f"clickhouse://127.0.0.1:{server.tcp_port}/agent_plain"
-        runs.append(
-            (
-                "ClickHouse 18.16, no compression",
-                "binary",
-                run_agent(work / "spool", url_plain, args.batch_rows, total, plain),
-            )
-        )
+        for i in range(args.repeat):  # alternately, each into a database of its own
+            for name, env in (
+                ("ClickHouse 18.16", None),
+                ("ClickHouse 18.16, no compression", plain),
+            ):
+                into = f"{url}{i}" + ("_plain" if env else "")
+                runs.append(
+                    (name, "binary", run_agent(work / "spool", into, args.batch_rows, total, env))
+                )
         chdb_url = f"chdb://{work}/chdb"
         runs.append(
             ("chdb folder", "binary", run_agent(work / "spool", chdb_url, args.batch_rows, total))
@@ -305,6 +309,14 @@ def main() -> None:
             f"| {name} | {fmt} | {rate:,.0f} | {rate / ceiling:.2f} | {r['cpu_pct']:.0f} "
             f"({r['cpu_pct_shippers']:.0f}) | {r['processes']} | {r['rss_mb']:.0f} |"
         )
+    for name in dict.fromkeys(n for n, _, _ in runs):
+        rates = sorted(r["rows"] / r["seconds"] for n, _, r in runs if n == name)
+        if len(rates) > 1:
+            print(
+                f"{name}: median {rates[len(rates) // 2]:,.0f} records/s "
+                f"({rates[len(rates) // 2] / ceiling:.2f} of the ceiling), "
+                f"{rates[0] / ceiling:.2f}-{rates[-1] / ceiling:.2f} over {len(rates)} runs"
+            )
     print("CPU per record, one thread (binary spool into the server): " + ", ".join(
         f"{k} {v:.2f} µs" for k, v in breakdown.items()))  # fmt: skip
     subprocess.run(["rm", "-rf", str(work)], check=False)
