@@ -309,11 +309,11 @@ def main() -> None:
             f"| {name} | {fmt} | {rate:,.0f} | {rate / ceiling:.2f} | {r['cpu_pct']:.0f} "
             f"({r['cpu_pct_shippers']:.0f}) | {r['processes']} | {r['rss_mb']:.0f} |"
         )
-    for name in dict.fromkeys(n for n, _, _ in runs):
-        rates = sorted(r["rows"] / r["seconds"] for n, _, r in runs if n == name)
+    for name, fmt in dict.fromkeys((n, f) for n, f, _ in runs):
+        rates = sorted(r["rows"] / r["seconds"] for n, f, r in runs if (n, f) == (name, fmt))
         if len(rates) > 1:
             print(
-                f"{name}: median {rates[len(rates) // 2]:,.0f} records/s "
+                f"{name}, {fmt}: median {rates[len(rates) // 2]:,.0f} records/s "
                 f"({rates[len(rates) // 2] / ceiling:.2f} of the ceiling), "
                 f"{rates[0] / ceiling:.2f}-{rates[-1] / ceiling:.2f} over {len(rates)} runs"
             )
