@@ -46,6 +46,18 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     clock: dict = field(default_factory=dict)
     """Measured cross-rank clock alignment (analyzer/clock.py ``summarize``), when loaded."""
+    median_wall_step_ms: float = 0.0
+    """Median over the analyzed steps of the job's step: the first rank's start to the
+    last rank's end (what the UI's overview plots); ``median_step_ms`` is the median
+    rank's own step time, which the findings' thresholds use."""
+
+
+def wall_step_times(steps: pd.DataFrame) -> pd.Series:
+    """step -> the job's step: last rank's end minus first rank's start (ns)."""
+    if steps.empty:
+        return pd.Series(dtype=float)
+    by = steps.groupby("step")
+    return (by["end_ns"].max() - by["start_ns"].min()).astype(float)
 
 
 def step_times(steps: pd.DataFrame) -> pd.Series:
@@ -162,7 +174,17 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
             findings = _with_hang(findings, hang_finding(report, coords))
     if stopped or any(f.kind == "hang" for f in findings):
         findings = _beside_the_stop(findings, notes)
-    return Analysis(data.run_id, data.attempt, findings, len(analyzed), med_ms, notes)
+    wall = wall_step_times(data.steps).reindex(analyzed.index).dropna()
+    wall_ms = float(wall.median()) / _MS if not wall.empty else 0.0
+    return Analysis(
+        data.run_id,
+        data.attempt,
+        findings,
+        len(analyzed),
+        med_ms,
+        notes,
+        median_wall_step_ms=wall_ms,
+    )
 
 
 MIN_RATIO_BESIDE_STOP = 2.0

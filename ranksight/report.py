@@ -49,6 +49,7 @@ def to_json(analysis: Analysis, run: dict | None = None) -> str:
         "status": (run or {}).get("status", ""),
         "steps_analyzed": analysis.steps_analyzed,
         "median_step_ms": round(analysis.median_step_ms, 1),
+        "median_wall_step_ms": round(analysis.median_wall_step_ms, 1),
         "culprit_found": bool(analysis.findings),
         "findings": [asdict(f) for f in analysis.findings],
         "notes": analysis.notes,
@@ -84,12 +85,23 @@ def _victims(f: Finding) -> str:
     return ", ".join(f"rank {v['rank']} ({v['waited_ms']:.0f} ms)" for v in victims) or "none"
 
 
+def step_summary(analysis: Analysis, sep: str) -> str:
+    """``sep`` + the median step: the job's (first rank's start to last rank's end, as
+    the UI's overview shows it) and the median rank's own; nothing without steps."""
+    if not analysis.steps_analyzed:
+        return ""
+    wall, own = analysis.median_wall_step_ms, analysis.median_step_ms
+    if wall <= 0:
+        return f"{sep}median step {own:.0f} ms"
+    return f"{sep}median step {wall:.0f} ms (a rank's own: {own:.0f} ms)"
+
+
 def print_text(analysis: Analysis, console: Console, run: dict | None = None) -> None:
     """Print the report with rich: a headline, then per finding its evidence tables."""
     head = (
         f"run [bold]{analysis.run_id}[/] attempt {analysis.attempt}"
         f" · status {(run or {}).get('status', '?')} · {counted(analysis.steps_analyzed, 'step')} analyzed"
-        f" · median step {analysis.median_step_ms:.0f} ms"
+        f"{step_summary(analysis, ' · ')}"
     )
     console.print(head)
     c = analysis.clock
@@ -153,8 +165,8 @@ def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
     lines = [
         f"# ranksight report: {analysis.run_id} (attempt {analysis.attempt})",
         "",
-        f"{counted(analysis.steps_analyzed, 'step')} analyzed; median step "
-        f"{analysis.median_step_ms:.0f} ms; status {(run or {}).get('status', '?')}.",
+        f"{counted(analysis.steps_analyzed, 'step')} analyzed{step_summary(analysis, '; ')}; "
+        f"status {(run or {}).get('status', '?')}.",
         "",
     ]
     if not analysis.findings:

@@ -95,3 +95,31 @@ def test_report_cli_takes_the_window_and_refuses_both(slow_run):
         [*run, "--watch", "--interval", "1"], capture_output=True, text=True, env=env, timeout=120
     )
     assert out.returncode == 3 and "done watching" in out.stdout
+
+
+def test_the_report_gives_the_jobs_median_step_as_the_ui_does_and_a_ranks_own(slow_run):
+    """The headline's median step is the job's (first rank's start to last rank's end, as
+    the UI's overview shows it), with the median rank's own beside it; an empty window
+    shows no median at all."""
+    from rich.console import Console
+
+    from ranksight.report import print_text, to_markdown
+
+    _, store = slow_run
+    a = analyze(store, "win", save=False)
+    steps = store.query("SELECT step, start_ns, end_ns FROM steps WHERE run_id = 'win'")
+    by = steps.groupby("step")
+    wall = (by["end_ns"].max() - by["start_ns"].min()).sort_index().iloc[1:] / 1e6
+    own = (steps["end_ns"] - steps["start_ns"]).groupby(steps["step"]).median().iloc[1:] / 1e6
+    assert a.median_wall_step_ms == pytest.approx(wall.median())
+    assert a.median_step_ms == pytest.approx(own.median())
+    assert a.median_wall_step_ms > a.median_step_ms  # the slow rank sets the job's step
+    console = Console(record=True, width=200)
+    print_text(a, console)
+    head = console.export_text().splitlines()[0]
+    assert f"median step {wall.median():.0f} ms (a rank's own: {own.median():.0f} ms)" in head
+    assert f"median step {wall.median():.0f} ms" in to_markdown(a)
+    empty = analyze(store, "win", window=StepWindow(500, 600))
+    console = Console(record=True, width=200)
+    print_text(empty, console)
+    assert "0 steps analyzed" in console.export_text() and "median" not in console.export_text()
