@@ -97,8 +97,9 @@ def _scan(
     onsets = sustained_onset(flags, cfg.min_slow_steps, cfg.min_slow_fraction)
     steps = np.asarray(matrix.columns)
     found = []
+    ratios = matrix.to_numpy(dtype=float) / med.to_numpy(dtype=float)
     for i in np.flatnonzero(onsets >= 0):
-        r, first = matrix.index[i], int(onsets[i])
+        r, first = matrix.index[i], settled_onset(ratios[i], int(onsets[i]))
         own, peer = matrix.iloc[i, first:], med.iloc[i, first:]
         ratio = (own / peer).replace([np.inf], np.nan)
         found.append(
@@ -115,6 +116,27 @@ def _scan(
             )
         )
     return found
+
+
+def settled_onset(ratio: np.ndarray, first: int) -> int:
+    """The onset of a sustained slow run that starts at column ``first`` of ``ratio`` (a
+    rank's time over its peers' median, per step), moved past leading columns whose
+    excess is under half the run's median excess: a step that was slow by noise just
+    before a clear onset (e.g. 1.4x before a 4.7x slowdown on a shared host) is not the
+    onset. A ramp's onset becomes its first step at least halfway to its level; a walk
+    that meets a step without data keeps ``first``."""
+    tail = ratio[first:]
+    finite = tail[np.isfinite(tail)]
+    if finite.size == 0:
+        return first
+    level = float(np.median(finite))
+    if level <= 1.0:
+        return first
+    half = 1.0 + 0.5 * (level - 1.0)
+    j = first
+    while j < len(ratio) - 1 and ratio[j] < half:  # NaN (no data) stops the walk
+        j += 1
+    return j if np.isfinite(ratio[j]) else first
 
 
 def find_slow_ranks(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from ranksight.analyzer import StragglerConfig, diagnose
@@ -105,6 +106,37 @@ def test_with_one_same_stage_peer_only_a_large_gap_names_a_rank():
     assert find_slow_ranks(totals(1.4), role, steps) == []  # which of the two is off?
     (slow,) = find_slow_ranks(totals(3.0), role, steps)
     assert (slow.rank, slow.onset_step) == (1, 3)
+
+
+def test_a_noisy_step_just_before_a_clear_onset_is_not_the_onset():
+    """A rank 1.4x its peers at step 3 by noise, then 4.7x from step 4 (as in a demo on a
+    shared 2-core host): the onset is step 4; a steady 1.5x from step 3 keeps step 3."""
+    import pandas as pd
+
+    from ranksight.analyzer.straggler import find_slow_ranks, settled_onset
+
+    def totals(noise: float, factor: float, onset: int) -> pd.DataFrame:
+        def t(r: int, s: int) -> float:
+            if r != 1:
+                return 100e6
+            return 100e6 * (factor if s >= onset else noise if s == onset - 1 else 1.0)
+
+        rows = [
+            {"rank": r, "step": s, "compute_self": t(r, s), "data_self": 1e6}
+            for r in (0, 1, 2, 3)
+            for s in range(16)
+        ]
+        return pd.DataFrame(rows)
+
+    role = pd.Series({r: 0 for r in range(4)})
+    steps = pd.Series({s: 150e6 for s in range(16)})
+    (slow,) = find_slow_ranks(totals(1.4, 4.7, 4), role, steps)
+    assert (slow.rank, slow.onset_step, slow.steps_from_onset) == (1, 4, 12)
+    (steady,) = find_slow_ranks(totals(1.0, 1.5, 3), role, steps)
+    assert steady.onset_step == 3
+    ramp = np.array([1.0, 1.3, 1.6, 2.0, 3.0, 4.0, 4.0, 4.0])
+    assert settled_onset(ramp, 1) == 3  # the first step at least halfway to the level
+    assert settled_onset(np.array([1.0, 1.3, np.nan, 4.0, 4.0]), 1) == 1  # no data: kept
 
 
 def test_group_axes_agree_with_the_one_group_rule():
