@@ -295,8 +295,16 @@ def agent(
     except (StoreError, RuntimeError, OSError) as e:
         _fail(str(e))
     if once:
+        otel = _otel_export(a, v["otlp_endpoint"])
         n = a.drain()
         console.print(f"shipped {counted(n, 'record')} ({a.stats.rejected} rejected)")
+        if otel is not None:
+            flushed = otel.force_flush()
+            otel.shutdown()
+            if not flushed:
+                _fail(
+                    "the OTLP export did not finish in 10 s (see the log for the exporter's errors)"
+                )
         if a.stats.store_errors:
             _fail(
                 f"the store did not take everything ({a.stats.last_error}); what was not "

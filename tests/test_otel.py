@@ -172,3 +172,19 @@ def test_endpoint_must_be_an_otlp_http_base_url() -> None:
     ]:
         with pytest.raises(ValueError, match=re.escape(f"{bad!r}: ") + ".*" + re.escape(why)):
             check_endpoint(bad)
+
+
+def test_agent_once_exports_to_the_otlp_endpoint_too(tmp_path, receiver):
+    """``ranksight agent --once --otlp-endpoint``: the one pass exports as a running
+    agent does (it used to skip the export): the receiver gets the agent's metrics."""
+    import subprocess
+    import sys
+
+    (tmp_path / "spool").mkdir()
+    got = subprocess.run(
+        [sys.executable, "-m", "ranksight.cli", "agent", "--spool", str(tmp_path / "spool"),
+         "--store", f"chdb://{tmp_path / 'store'}", "--once", "--otlp-endpoint", receiver.url],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    assert "ranksight.agent.records.shipped" in receiver.metric_points()
