@@ -19,7 +19,13 @@ from rich.console import Console
 from ranksight import report as rep
 from ranksight.words import counted
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Find the slow rank, the slow link and the stuck rank of a distributed PyTorch job,"
+    " say why, and what it costs. Exit codes: 0 ok or no culprit, 3 a culprit found"
+    " (report, demo, import), 1 an error, 2 a usage error.",
+)
 
 
 def _flags_show_no_type() -> None:
