@@ -206,29 +206,35 @@ def emit(analysis, run_row: dict, format: str, out: Console | None = None) -> No
 
 @app.command()
 def runs(store: str = StoreOpt) -> None:
-    """List stored runs, newest first."""
+    """List stored runs, newest first: status (running, finished, hung, crashed, as the
+    web UI's Runs page says it), world size, mesh, steps, median step time, findings."""
     from rich.table import Table
 
-    from ranksight.analyzer import list_runs
+    from ranksight.ui.data.runs import runs_table
 
-    frame = list_runs(_open(store, must_exist=True))
+    frame = runs_table(_open(store, must_exist=True))
     if frame.empty:
         console.print("no runs in this store yet (try 'ranksight demo')")
         return
     table = Table()
-    for col in ("run_id", "attempt", "status", "world", "mesh dp x tp x pp", "steps"):
-        table.add_column(col)
+    table.add_column("run_id", no_wrap=True)  # whole: it is what the other commands take
+    for col in ("attempt", "status", "world", "dp x tp x pp"):
+        table.add_column(col, no_wrap=True)
+    for col in ("steps", "step ms", "findings"):
+        table.add_column(col, justify="right")
     for r in frame.to_dict("records"):
-        steps = r.get("steps")
         table.add_row(
             r["run_id"],
             str(r["attempt"]),
             r["status"],
             str(r["world_size"]),
             f"{r['dp']} x {r['tp']} x {r['pp']}",
-            "" if steps != steps else str(int(steps)),
+            str(r["steps"]),
+            "" if r["step_ms"] != r["step_ms"] else f"{r['step_ms']:.0f}",
+            str(r["findings"]),
         )
-    console.print(table)
+    # Into a pipe or file, no terminal sets the width: print the table whole, not at 80.
+    (console if console.is_terminal else Console(width=200)).print(table)
 
 
 @app.command()

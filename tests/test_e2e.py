@@ -114,7 +114,7 @@ def test_rank_dying_mid_run_is_named_and_what_was_collected_stays(tmp_path):
     doc = json.loads(out.stdout)
     assert doc["status"] == "failed" and doc["steps_analyzed"] >= 3
     runs = ranksight("runs", "--store", store, home=home)
-    assert doc["run_id"] in runs.stdout and "failed" in runs.stdout
+    assert doc["run_id"] in runs.stdout and "crashed" in runs.stdout  # as the UI says it
     again = ranksight(
         "report", "--run", doc["run_id"], "--store", store, "--format", "json", home=home
     )

@@ -123,3 +123,26 @@ def test_the_report_gives_the_jobs_median_step_as_the_ui_does_and_a_ranks_own(sl
     console = Console(record=True, width=200)
     print_text(empty, console)
     assert "0 steps analyzed" in console.export_text() and "median" not in console.export_text()
+
+
+def test_runs_lists_what_the_ui_runs_page_shows(slow_run):
+    """``ranksight runs`` (piped: no terminal width) prints each run's row of the UI's
+    Runs table whole: status, steps, median step and findings."""
+    from ranksight.ui.data.runs import runs_table
+
+    url, store = slow_run
+    analyze(store, "win")  # saved: the latest analysis gives the findings count
+    (row,) = runs_table(store).to_dict("records")
+    out = subprocess.run(
+        [sys.executable, "-m", "ranksight.cli", "runs", "--store", url],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "60"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (line,) = [x for x in out.stdout.splitlines() if " win " in x]
+    cells = [c.strip() for c in line.strip("│ ").split("│")]
+    assert cells == [
+        "win", "0", row["status"], str(row["world_size"]),
+        f"{row['dp']} x {row['tp']} x {row['pp']}", str(row["steps"]),
+        f"{row['step_ms']:.0f}", str(row["findings"]),
+    ]  # fmt: skip
+    assert row["findings"] >= 1 and row["steps"] == 30
