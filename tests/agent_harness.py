@@ -82,9 +82,10 @@ def keep_spool(spool: str, every_s: float = 0.01) -> None:
 
 
 def spool_files(spool: str, run_id: str) -> list[str]:
-    """The run's spool files: those still there and the kept links of deleted ones."""
+    """The run's spool files: the kept link of each (the same file, which the agent may
+    delete from the spool at any moment once it is stored), else the spool's own."""
     found = {}
-    for folder in (spool + ".kept", spool):
+    for folder in (spool, spool + ".kept"):  # a kept link wins
         for path in glob.glob(os.path.join(folder, run_id, "a*", "rank*")):
             found[os.path.relpath(path, folder)] = path
     return sorted(found.values())
