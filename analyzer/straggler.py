@@ -97,7 +97,8 @@ def _scan(
     onsets = sustained_onset(flags, cfg.min_slow_steps, cfg.min_slow_fraction)
     steps = np.asarray(matrix.columns)
     found = []
-    ratios = matrix.to_numpy(dtype=float) / med.to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):  # no peers or no data: NaN/inf
+        ratios = matrix.to_numpy(dtype=float) / med.to_numpy(dtype=float)
     for i in np.flatnonzero(onsets >= 0):
         r, first = matrix.index[i], settled_onset(ratios[i], int(onsets[i]))
         own, peer = matrix.iloc[i, first:], med.iloc[i, first:]
