@@ -97,12 +97,13 @@ def _scan(
     onsets = sustained_onset(flags, cfg.min_slow_steps, cfg.min_slow_fraction)
     steps = np.asarray(matrix.columns)
     found = []
-    with np.errstate(divide="ignore", invalid="ignore"):  # no peers or no data: NaN/inf
+    with np.errstate(divide="ignore", invalid="ignore"):  # no peers or no data: NaN
         ratios = matrix.to_numpy(dtype=float) / med.to_numpy(dtype=float)
+    ratios[ratios == np.inf] = np.nan  # a peer median of 0: no ratio
     for i in np.flatnonzero(onsets >= 0):
         r, first = matrix.index[i], settled_onset(ratios[i], int(onsets[i]))
         own, peer = matrix.iloc[i, first:], med.iloc[i, first:]
-        ratio = (own / peer).replace([np.inf], np.nan)
+        ratio = ratios[i, first:]
         found.append(
             SlowRank(
                 rank=int(r),
@@ -110,7 +111,9 @@ def _scan(
                 onset_step=int(steps[first]),
                 slow_steps=int(flags[i, first:].sum()),
                 steps_from_onset=len(own),
-                median_ratio=float(np.nanmedian(ratio)) if ratio.notna().any() else float("inf"),
+                median_ratio=float(np.nanmedian(ratio))
+                if np.isfinite(ratio).any()
+                else float("inf"),
                 excess_ns=(own - peer).clip(lower=0),
                 self_ns=matrix.iloc[i],
                 peer_median_ns=med.iloc[i],

@@ -137,13 +137,8 @@ class ChdbStore(Store):
         millisecond), no query; a table folder that is missing counts as empty."""
         out = []
         for table in tables:
-            try:
-                names = sorted(
-                    e.name for e in os.scandir(self.folder / table) if e.name.endswith(".parquet")
-                )
-            except FileNotFoundError:
-                names = []
-            out.append((table, len(names), hash(tuple(names))))
+            names = tuple(p.name for p in segments.segments(self.folder / table))
+            out.append((table, len(names), hash(names)))
         return tuple(out)
 
     def schema_version(self) -> int:

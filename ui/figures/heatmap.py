@@ -59,6 +59,7 @@ def heatmap_figure(
     would wash out the rest). Clicks select a cell or bar (``selectedMode``)."""
     rows, cols = h.shape
     ticks = _tick_labels(h)
+    marked = set(h.culprit_rows.values())
     steps = [str(s) for s in h.col_steps]
     zmax = _zmax(h, skip_steps)
     cells_left = LABELS + STRIP_W + GAP
@@ -95,7 +96,7 @@ def heatmap_figure(
                 "gridIndex": 1,
                 "data": [
                     {"value": t, "textStyle": {"color": CULPRIT, "fontWeight": "bold"}}
-                    if i in set(h.culprit_rows.values())
+                    if i in marked
                     else t
                     for i, t in enumerate(ticks)
                 ],
