@@ -42,6 +42,7 @@ from ranksight.store import Store, StoreError, schema
 from ranksight.store.frames import conform
 from ranksight.trainer_hooks.spool_format import SUFFIX as SPOOL_SUFFIX
 
+from . import heap
 from . import tailer as tailer_mod
 from .buffer import DiskBuffer
 from .config import AgentConfig
@@ -389,10 +390,17 @@ class Agent:
         ]
         for shipper in shippers:
             shipper.start()
+        heap.keep()  # reuse a batch's memory for the next (agent/heap.py)
+        busy = False
         while not stop.is_set():
             t0 = time.monotonic()
-            self._guard(self.read_once)
+            read = self._guard(self.read_once)
             self._refresh()
+            if read:
+                busy = True
+            elif busy and not self.stats.buffered_rows:  # caught up: give the memory back
+                heap.release()
+                busy = False
             stop.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
         self._guard(self.read_once)
         for shipper in shippers:

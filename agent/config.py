@@ -20,10 +20,13 @@ class AgentConfig:
 
     interval_s: float = 1.0
     """Flush interval: how often the spool is read and a batch sealed, seconds."""
-    batch_rows: int = 200_000
+    batch_rows: int = 500_000
     """Most records in one batch (all tables together); a poll that finds more seals
     several. At most ``store.base.MAX_ATOMIC_ROWS`` so that each table's rows of a batch
-    are one atomic insert."""
+    are one atomic insert. Each insert is a part the server merges later: over a
+    10-million-record burst on the 2-core test VM, 500,000-record batches left the server
+    about a fifth of a core more for inserts than 200,000 did (``bench/RESULTS.md``); a
+    node's usual flow (thousands of records a second) seals one small batch a poll."""
     read_bytes: int = 256 << 20
     """Most spool bytes read in one poll."""
     buffer_dir: str | None = None

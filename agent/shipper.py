@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -37,11 +38,14 @@ import time
 
 from ranksight.store import StoreError
 
+from . import heap
 from .deliver import Delivered
 
 log = logging.getLogger("ranksight.agent")
 
 _PR_SET_PDEATHSIG = 1
+_RELEASE_AFTER_S = 1.0
+"""A shipper process with no batch for this long gives its free heap back (seconds)."""
 _CHILD = "import sys; from ranksight.agent.shipper import main; sys.exit(main(sys.argv[1:]))"
 
 
@@ -199,8 +203,15 @@ def main(argv: list[str]) -> int:
     store, folder = reopen(setup["store"]), setup["folder"]
     answers.write((json.dumps({"ready": os.getpid()}) + "\n").encode())
     answers.flush()
+    heap.keep()  # the next batch reuses this one's memory (agent/heap.py)
     try:
-        for line in requests:
+        while True:
+            # One request at a time: after an answer nothing is buffered, so select sees all.
+            if not select.select([requests], [], [], _RELEASE_AFTER_S)[0]:
+                heap.release()  # no batch for a moment: give the memory back
+            line = requests.readline()
+            if not line:
+                break
             request = json.loads(line)
             seq = request["seq"]
             try:

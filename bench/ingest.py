@@ -51,7 +51,7 @@ spool, staged = sys.argv[1], sys.argv[5]
 store = open_store(sys.argv[2]); store.init_schema()
 total = int(sys.argv[4])
 cfg = AgentConfig(batch_rows=int(sys.argv[3]), stats_interval_s=0, buffer_bytes=8 << 30,
-                  interval_s=0.05, keep_spool=True)  # spool found within 0.05 s
+                  interval_s=0.05, keep_spool=True, shippers=int(sys.argv[6]))  # spool found within 0.05 s
 agent = Agent(spool, store, config=cfg)
 stop = threading.Event()
 runner = threading.Thread(target=agent.run, args=(stop,))
@@ -59,9 +59,12 @@ runner.start()  # the agent as it runs in production: reader thread, shipper pro
 while not all(p.ready for p in agent.shipper_processes):
     time.sleep(0.01)  # started and ready, as in a running agent (none to a chdb folder)
 me = psutil.Process()
+server = psutil.Process(int(sys.argv[7])) if sys.argv[7] != "0" else None
 def cpu():
     kids = {k.pid: k.cpu_times() for k in me.children()}
     return {me.pid: me.cpu_times(), **kids}
+def server_cpu():
+    return sum(server.cpu_times()[:2]) if server else 0.0
 def rss():  # shippers by pid, as me.children() reads every process's /proc/PID/stat
     total = me.memory_info().rss
     for pid in [p.pid for p in agent.shipper_processes if p.pid]:
@@ -70,14 +73,14 @@ def rss():  # shippers by pid, as me.children() reads every process's /proc/PID/
         except psutil.Error:
             pass
     return total
-c0, w0 = cpu(), time.perf_counter()
+c0, s0, w0 = cpu(), server_cpu(), time.perf_counter()
 os.rename(staged, os.path.join(spool, "bench"))  # the spool's records appear now
 peak, sampled = rss(), w0
 while agent.stats.shipped < total and runner.is_alive():
     time.sleep(0.02)
     if time.perf_counter() - sampled > 0.1:
         peak, sampled = max(peak, rss()), time.perf_counter()
-c1, w1 = cpu(), time.perf_counter()
+c1, s1, w1 = cpu(), server_cpu(), time.perf_counter()
 peak = max(peak, rss())
 stop.set()
 runner.join()
@@ -86,7 +89,7 @@ used = {pid: sum(t[:2]) - sum(c0[pid][:2]) if pid in c0 else sum(t[:2]) for pid,
 print(json.dumps({"rows": agent.stats.shipped, "seconds": w1 - w0,
                   "cpu_pct": 100 * sum(used.values()) / (w1 - w0),
                   "cpu_pct_shippers": 100 * (sum(used.values()) - used[me.pid]) / (w1 - w0),
-                  "rss_mb": peak / 1e6, "processes": len(c1),
+                  "server_cpu_pct": 100 * (s1 - s0) / (w1 - w0), "rss_mb": peak / 1e6, "processes": len(c1),
                   "rejected": agent.stats.rejected}))
 """
 
@@ -174,6 +177,24 @@ def server_ceiling(store, total: int) -> float:
     return total / seconds
 
 
+def merges_done(store, quiet_s: float = 1.0, timeout_s: float = 300.0) -> float:
+    """Wait until the server has run no merge for ``quiet_s`` seconds (the parts an earlier
+    run wrote are merged in the background, on the same cores); returns seconds waited."""
+    started = time.perf_counter()
+    quiet_since = None
+    while time.perf_counter() - started < timeout_s:
+        busy = store._client.execute("SELECT count() FROM system.merges")[0][0]
+        now = time.perf_counter()
+        if busy:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now
+        elif now - quiet_since >= quiet_s:
+            break
+        time.sleep(0.1)
+    return time.perf_counter() - started
+
+
 def chdb_ceiling(folder: Path, total: int) -> float:
     """Rows/s of chdb writing the mix as Parquet files, generated inside it."""
     from ranksight.store import chdb_engine
@@ -192,14 +213,17 @@ def chdb_ceiling(folder: Path, total: int) -> float:
     return total / seconds
 
 
-def run_agent(spool: Path, url: str, batch_rows: int, total: int, env: dict | None = None) -> dict:
-    """Run an agent into ``url`` in a child process (``env``: more environment), on a
-    fresh spool folder into which ``spool``'s run folder is moved once the agent is
-    ready, until it has shipped ``total`` rows; its measurements."""
+def run_agent(
+    spool: Path, url: str, batch_rows: int, total: int, shippers: int, server_pid: int, env=None
+) -> dict:
+    """Run an agent into ``url`` in a child process (``env``: more environment; ``shippers``
+    its shippers), on a fresh spool folder into which ``spool``'s run folder is moved once
+    the agent is ready, until it has shipped ``total`` rows; its measurements, with the CPU
+    of the server process ``server_pid`` (0: none) over the same time."""
     folder = Path(tempfile.mkdtemp(prefix="spool-", dir=spool.parent))
     out = subprocess.run(
         [sys.executable, "-c", AGENT, str(folder), url, str(batch_rows), str(total),
-         str(spool / "bench")],
+         str(spool / "bench"), str(shippers), str(server_pid)],
         capture_output=True, text=True, check=True, env={**os.environ, **(env or {})},
     )  # fmt: skip
     subprocess.run(["rm", "-rf", str(folder)], check=True)
@@ -210,8 +234,9 @@ def cpu_breakdown(work: Path, url: str, frame_records: int, records: int = 200_0
     """CPU µs per record of each stage, one thread after the other, on a fresh binary spool
     of ``records``: reading, decoding and validating the frames; sealing into the disk
     buffer (uncompressed Arrow IPC, fsync); shipping into ``url`` (in this process)."""
-    from ranksight.agent import Agent, AgentConfig
+    from ranksight.agent import Agent, AgentConfig, heap
 
+    heap.keep()  # as Agent.run and its shipper processes do
     spool = work / "breakdown"
     write_spool(spool, records, 1, frame_records, "binary")
     store = open_store(url)
@@ -238,7 +263,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--batch-rows", type=int, default=200_000)
+    parser.add_argument("--batch-rows", type=int, default=500_000)
+    parser.add_argument("--shippers", type=int, default=2, help="the agent's shippers")
     parser.add_argument(
         "--frame-records", type=int, default=2_500,
         help="records per writer flush (a rank writing 10,000 records/s, flushing every 0.25 s)",
@@ -265,28 +291,21 @@ def main() -> None:
         url = f"clickhouse://127.0.0.1:{server.tcp_port}/agent"
         runs = []
         plain = {"RANKSIGHT_CH_COMPRESSION": "none"}
+
+        def agent_run(name: str, fmt: str, into: str, env: dict | None = None) -> None:
+            waited = merges_done(ceiling_store)  # the last run's merges are not this one's
+            spool = work / ("spool" if fmt == "binary" else "json")
+            pid = server.process.pid if into.startswith("clickhouse") else 0
+            result = run_agent(spool, into, args.batch_rows, total, args.shippers, pid, env)
+            runs.append((name, fmt, {**result, "merges_waited_s": waited}))
+
         for i in range(args.repeat):  # alternately, each into a database of its own
-            for name, env in (
-                ("ClickHouse 18.16", None),
-                ("ClickHouse 18.16, no compression", plain),
-            ):
-                into = f"{url}{i}" + ("_plain" if env else "")
-                runs.append(
-                    (name, "binary", run_agent(work / "spool", into, args.batch_rows, total, env))
-                )
-        chdb_url = f"chdb://{work}/chdb"
-        runs.append(
-            ("chdb folder", "binary", run_agent(work / "spool", chdb_url, args.batch_rows, total))
-        )
+            agent_run("ClickHouse 18.16", "binary", f"{url}{i}")
+            agent_run("ClickHouse 18.16, no compression", "binary", f"{url}{i}_plain", plain)
+        agent_run("chdb folder", "binary", f"chdb://{work}/chdb")
         if not args.no_json:
-            url_json = f"clickhouse://127.0.0.1:{server.tcp_port}/agent_json"
-            runs.append(
-                (
-                    "ClickHouse 18.16",
-                    "JSON lines",
-                    run_agent(work / "json", url_json, args.batch_rows, total),
-                )
-            )
+            agent_run("ClickHouse 18.16", "JSON lines", f"{url}_json")
+        merges_done(ceiling_store)
         ceiling_after = server_ceiling(ceiling_store, total)
         breakdown = cpu_breakdown(
             work, f"clickhouse://127.0.0.1:{server.tcp_port}/breakdown", args.frame_records
@@ -299,16 +318,19 @@ def main() -> None:
     print(f"chdb ceiling (INSERT INTO FUNCTION file Parquet): {chdb_own:,.0f} rows/s")
     print(
         "| destination | spool | agent records/s | / server ceiling | CPU% (of it shippers) "
-        "| processes | peak RSS MB |"
+        "| server CPU% | processes | peak RSS MB |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for name, fmt, r in runs:
         assert r["rows"] == total and r["rejected"] == 0, r
         rate = r["rows"] / r["seconds"]
         print(
             f"| {name} | {fmt} | {rate:,.0f} | {rate / ceiling:.2f} | {r['cpu_pct']:.0f} "
-            f"({r['cpu_pct_shippers']:.0f}) | {r['processes']} | {r['rss_mb']:.0f} |"
+            f"({r['cpu_pct_shippers']:.0f}) | {r['server_cpu_pct']:.0f} | {r['processes']} "
+            f"| {r['rss_mb']:.0f} |"
         )
+    waits = ", ".join(f"{r['merges_waited_s']:.1f}" for _, _, r in runs)
+    print(f"waited before each run for the server's merges to end: {waits} s")
     for name, fmt in dict.fromkeys((n, f) for n, f, _ in runs):
         rates = sorted(r["rows"] / r["seconds"] for n, f, r in runs if (n, f) == (name, fmt))
         if len(rates) > 1:

@@ -72,7 +72,7 @@ SETTINGS: dict[str, Setting] = {
         str, None, env.SPOOL_DIR, "spool folder the agent reads; unset: $RANKSIGHT_HOME/spool"
     ),
     "agent.interval_s": Setting(float, 1.0, None, "seconds between batches"),
-    "agent.batch_rows": Setting(int, 200_000, None, "most records in one batch"),
+    "agent.batch_rows": Setting(int, 500_000, None, "most records in one batch"),
     "agent.buffer_dir": Setting(str, None, None, "disk buffer folder; unset: under the spool"),
     "agent.buffer_mb": Setting(int, 1024, None, "disk buffer bound, MiB"),
     "agent.drop": Setting(str, "drop_oldest", None, "full buffer: drop_oldest or drop_newest"),
