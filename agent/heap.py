@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import sys
 
 log = logging.getLogger("ranksight.agent")
 
@@ -73,9 +74,13 @@ def keep(pad_bytes: int = PAD_BYTES) -> bool:
 
 
 def release() -> bool:
-    """Give this process's free heap back to the kernel (``malloc_trim(0)``: the top of
-    the heap and whole free pages inside it). Returns whether any memory was released
-    (False also where the C library is not glibc)."""
+    """Give this process's free memory back to the kernel: Arrow's memory pool's unused
+    pages (``MemoryPool.release_unused``; its jemalloc purges only while it allocates, so
+    an idle process would keep them) and the C heap's (``malloc_trim(0)``: the top of the
+    heap and whole free pages inside it). Returns whether the C heap released any (False
+    also where the C library is not glibc)."""
+    if "pyarrow" in sys.modules:
+        sys.modules["pyarrow"].default_memory_pool().release_unused()
     libc = _glibc()
     if libc is None or not hasattr(libc, "malloc_trim"):
         return False

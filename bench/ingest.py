@@ -21,7 +21,7 @@
 Prints records/s and the ratio agent / server ceiling (the target is >= 0.5, and >= 1 M
 records/s where the ceiling allows). Run (needs ``clickhouse-server``)::
 
-    python bench/ingest.py [--records 1000000] [--ranks 8] [--repeat 1]
+    python bench/ingest.py [--records 5000000] [--ranks 8] [--repeat 1] [--batch-rows 500000]
 """
 
 from __future__ import annotations
@@ -65,8 +65,11 @@ def cpu():
     return {me.pid: me.cpu_times(), **kids}
 def server_cpu():
     return sum(server.cpu_times()[:2]) if server else 0.0
+own_peak = 0
 def rss():  # shippers by pid, as me.children() reads every process's /proc/PID/stat
+    global own_peak
     total = me.memory_info().rss
+    own_peak = max(own_peak, total)
     for pid in [p.pid for p in agent.shipper_processes if p.pid]:
         try:
             total += psutil.Process(pid).memory_info().rss
@@ -89,7 +92,7 @@ used = {pid: sum(t[:2]) - sum(c0[pid][:2]) if pid in c0 else sum(t[:2]) for pid,
 print(json.dumps({"rows": agent.stats.shipped, "seconds": w1 - w0,
                   "cpu_pct": 100 * sum(used.values()) / (w1 - w0),
                   "cpu_pct_shippers": 100 * (sum(used.values()) - used[me.pid]) / (w1 - w0),
-                  "server_cpu_pct": 100 * (s1 - s0) / (w1 - w0), "rss_mb": peak / 1e6, "processes": len(c1),
+                  "server_cpu_pct": 100 * (s1 - s0) / (w1 - w0), "rss_mb": peak / 1e6, "agent_rss_mb": own_peak / 1e6, "processes": len(c1),
                   "rejected": agent.stats.rejected}))
 """
 
@@ -177,6 +180,20 @@ def server_ceiling(store, total: int) -> float:
     return total / seconds
 
 
+def server_events(store) -> dict[str, int]:
+    """The server's ``InsertedRows`` and ``MergedRows`` counters so far."""
+    rows = store._client.execute(
+        "SELECT event, value FROM system.events WHERE event IN ('InsertedRows', 'MergedRows')"
+    )
+    return {"InsertedRows": 0, "MergedRows": 0, **{str(k): int(v) for k, v in rows}}
+
+
+def merged_per_inserted(before: dict[str, int], after: dict[str, int]) -> float:
+    """Rows the server merged per row inserted between two :func:`server_events`."""
+    inserted = after["InsertedRows"] - before["InsertedRows"]
+    return (after["MergedRows"] - before["MergedRows"]) / max(inserted, 1)
+
+
 def merges_done(store, quiet_s: float = 1.0, timeout_s: float = 300.0) -> float:
     """Wait until the server has run no merge for ``quiet_s`` seconds (the parts an earlier
     run wrote are merged in the background, on the same cores); returns seconds waited."""
@@ -261,7 +278,7 @@ def cpu_breakdown(work: Path, url: str, frame_records: int, records: int = 200_0
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--records", type=int, default=5_000_000)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--batch-rows", type=int, default=500_000)
     parser.add_argument("--shippers", type=int, default=2, help="the agent's shippers")
@@ -287,7 +304,9 @@ def main() -> None:
     try:
         ceiling_store = open_store(f"clickhouse://127.0.0.1:{server.tcp_port}/ceiling")
         ceiling_store.init_schema()
+        events = server_events(ceiling_store)
         ceiling = server_ceiling(ceiling_store, total)
+        ceiling_merged = merged_per_inserted(events, server_events(ceiling_store))
         url = f"clickhouse://127.0.0.1:{server.tcp_port}/agent"
         runs = []
         plain = {"RANKSIGHT_CH_COMPRESSION": "none"}
@@ -296,8 +315,10 @@ def main() -> None:
             waited = merges_done(ceiling_store)  # the last run's merges are not this one's
             spool = work / ("spool" if fmt == "binary" else "json")
             pid = server.process.pid if into.startswith("clickhouse") else 0
+            events = server_events(ceiling_store)
             result = run_agent(spool, into, args.batch_rows, total, args.shippers, pid, env)
-            runs.append((name, fmt, {**result, "merges_waited_s": waited}))
+            merged = merged_per_inserted(events, server_events(ceiling_store)) if pid else 0.0
+            runs.append((name, fmt, {**result, "merges_waited_s": waited, "merged": merged}))
 
         for i in range(args.repeat):  # alternately, each into a database of its own
             agent_run("ClickHouse 18.16", "binary", f"{url}{i}")
@@ -318,7 +339,7 @@ def main() -> None:
     print(f"chdb ceiling (INSERT INTO FUNCTION file Parquet): {chdb_own:,.0f} rows/s")
     print(
         "| destination | spool | agent records/s | / server ceiling | CPU% (of it shippers) "
-        "| server CPU% | processes | peak RSS MB |"
+        "| server CPU% | processes | peak RSS MB (agent process alone) |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for name, fmt, r in runs:
@@ -327,10 +348,12 @@ def main() -> None:
         print(
             f"| {name} | {fmt} | {rate:,.0f} | {rate / ceiling:.2f} | {r['cpu_pct']:.0f} "
             f"({r['cpu_pct_shippers']:.0f}) | {r['server_cpu_pct']:.0f} | {r['processes']} "
-            f"| {r['rss_mb']:.0f} |"
+            f"| {r['rss_mb']:.0f} ({r['agent_rss_mb']:.0f}) |"
         )
     waits = ", ".join(f"{r['merges_waited_s']:.1f}" for _, _, r in runs)
     print(f"waited before each run for the server's merges to end: {waits} s")
+    merged = ", ".join(f"{r['merged']:.2f}" for _, _, r in runs)
+    print(f"rows the server merged per row inserted: ceiling {ceiling_merged:.2f}; runs {merged}")
     for name, fmt in dict.fromkeys((n, f) for n, f, _ in runs):
         rates = sorted(r["rows"] / r["seconds"] for n, f, r in runs if (n, f) == (name, fmt))
         if len(rates) > 1:
