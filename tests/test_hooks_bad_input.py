@@ -52,3 +52,43 @@ def test_an_unknown_backend_and_steps_without_collectives(tmp_path) -> None:
     assert steps["lr"].isna().all() and steps["grad_norm"].isna().all()  # bad value: NaN
     coll = frames["collectives"]
     assert coll[["step", "op"]].values.tolist() == [[2, "all_reduce"]]
+
+
+FREED = r"""
+import gc, json, os, socket, sys, weakref
+import torch, torch.distributed as dist
+from ranksight import trainer_hooks
+
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+dist.init_process_group("gloo", rank=0, world_size=1)
+hooks = trainer_hooks.attach(spool_dir=sys.argv[1], run_id="freed")
+sub = dist.new_group([0])
+with hooks.step(0):
+    for group in (None, sub):
+        x = torch.ones(4)
+        dist.all_reduce(x, group=group)
+refs = [weakref.ref(dist.group.WORLD), weakref.ref(sub)]
+del sub, group
+dist.destroy_process_group()  # the script ends its groups while the hooks are attached
+gc.collect()
+freed = [r() is None for r in refs]
+stats = hooks.close()
+print(json.dumps({"freed": freed, "stats": stats}))
+"""
+
+
+def test_the_hooks_keep_no_process_group_alive_after_destroy_process_group(tmp_path) -> None:
+    """A group the hooks still held would be freed only in the interpreter's teardown,
+    where a gloo group's threads can abort the process ("terminate called without an
+    active exception", seen once on a 2-rank DDP job)."""
+    out = subprocess.run(
+        [sys.executable, "-c", FREED, str(tmp_path / "spool")], capture_output=True,
+        text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["stats"]["collectives"] == 2 and got["stats"]["errors"] == 0, got
+    assert got["freed"] == [True, True], "the hooks kept a destroyed process group alive"
+    coll = read_spool(str(tmp_path / "spool"))["collectives"]
+    assert len(set(coll["group_id"])) == 2  # both groups were resolved through the registry

@@ -8,6 +8,7 @@ the k-th (k >= 1) group created over the same ranks.
 from __future__ import annotations
 
 import hashlib
+import weakref
 from dataclasses import dataclass
 
 import torch.distributed as dist
@@ -44,7 +45,7 @@ class GroupRegistry:
 
     def __init__(self) -> None:
         self._by_name: dict[str, GroupInfo] = {}
-        self._by_pg: dict[int, tuple[dist.ProcessGroup, GroupInfo]] = {}
+        self._by_pg: dict[int, tuple[weakref.ref, GroupInfo]] = {}
 
     def _rebuild(self) -> None:
         seen: dict[tuple[int, ...], int] = {}
@@ -66,12 +67,16 @@ class GroupRegistry:
 
     def by_group(self, pg: dist.ProcessGroup | None) -> GroupInfo:
         """GroupInfo for a ProcessGroup object (None: the default group). Cached by the
-        object (kept alive with its entry, so its id is never reused for another group)."""
+        object through a weak reference: the registry never keeps a group alive, so
+        ``destroy_process_group`` frees it (and its backend's threads) while the process
+        runs, not in the interpreter's teardown, where a gloo group still alive could abort
+        the process ("terminate called without an active exception"). An id reused by a
+        later object misses, as its weak reference no longer points to it."""
         if pg is None:
             pg = c10d._world.default_pg or c10d._get_default_group()  # raises if none
         hit = self._by_pg.get(id(pg))
-        if hit is not None and hit[0] is pg:
+        if hit is not None and hit[0]() is pg:
             return hit[1]
         info = self.by_name(pg.group_name)
-        self._by_pg[id(pg)] = (pg, info)
+        self._by_pg[id(pg)] = (weakref.ref(pg), info)
         return info
