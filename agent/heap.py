@@ -1,12 +1,12 @@
 """The C heap of the agent's processes: kept while busy, given back when idle (glibc only).
 
-Each batch the agent reads (joined column arrays, about 30 MB for 200,000 records) and
-each insert a shipper encodes (clickhouse-driver writes the whole block, about 24 MB for
-160,000 ``collectives`` rows, into a growing ``BytesIO`` before it compresses it) takes
+Each batch the agent reads (joined column arrays, about 70 MB for 500,000 records) and
+each insert a shipper encodes (clickhouse-driver writes the whole block, about 60 MB for
+400,000 ``collectives`` rows, into a growing ``BytesIO`` before it compresses it) takes
 tens of megabytes of fresh memory and frees it again moments later. With glibc's
 defaults that memory goes back to the kernel at once, and the next batch pays a page fault
 for each 4 KiB page it touches again. Keeping a pad of free heap (``M_TOP_PAD``, see
-``mallopt(3)``) cut the shipper's CPU per ``collectives`` row from 0.52 to 0.41 µs and the
+``mallopt(3)``) cut the shipper's CPU per ``collectives`` row from 0.52 to 0.40-0.41 µs and the
 reader's from 0.27 to 0.20 µs per record on the 2-core test VM (``bench/RESULTS.md``,
 "Agent ingest"); resident memory while busy is unchanged within a few percent, as the
 pad is reused by the next batch rather than added to it.

@@ -351,9 +351,10 @@ def main() -> None:
             f"| {r['rss_mb']:.0f} ({r['agent_rss_mb']:.0f}) |"
         )
     waits = ", ".join(f"{r['merges_waited_s']:.1f}" for _, _, r in runs)
-    print(f"waited before each run for the server's merges to end: {waits} s")
+    print(f"before each run, until the server had merged nothing for 1 s: {waits} s")
     merged = ", ".join(f"{r['merged']:.2f}" for _, _, r in runs)
     print(f"rows the server merged per row inserted: ceiling {ceiling_merged:.2f}; runs {merged}")
+    print("every ratio is against the server's ceiling, the chdb folder's too")
     for name, fmt in dict.fromkeys((n, f) for n, f, _ in runs):
         rates = sorted(r["rows"] / r["seconds"] for n, f, r in runs if (n, f) == (name, fmt))
         if len(rates) > 1:

@@ -246,7 +246,9 @@ def agent(
     store: str = StoreOpt,
     interval: float = typer.Option(1.0, min=0.05, help="seconds between batches"),
     once: bool = typer.Option(False, "--once", help="ship what is there and exit"),
-    batch_rows: int = typer.Option(500_000, min=1, help="most records in one batch"),
+    batch_rows: int = typer.Option(
+        500_000, min=1, max=1_000_000, help="most records in one batch (one insert a table)"
+    ),
     buffer_dir: str = typer.Option(None, help="disk buffer folder (default: under the spool)"),
     buffer_mb: int = typer.Option(1024, min=1, help="disk buffer bound, MiB"),
     drop: str = typer.Option(
