@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from ranksight import report as rep
+from ranksight.store.base import MAX_ATOMIC_ROWS
 from ranksight.words import counted
 
 app = typer.Typer(
@@ -247,7 +248,7 @@ def agent(
     interval: float = typer.Option(1.0, min=0.05, help="seconds between batches"),
     once: bool = typer.Option(False, "--once", help="ship what is there and exit"),
     batch_rows: int = typer.Option(
-        500_000, min=1, max=1_000_000, help="most records in one batch (one insert a table)"
+        500_000, min=1, max=MAX_ATOMIC_ROWS, help="most records in one batch (one insert a table)"
     ),
     buffer_dir: str = typer.Option(None, help="disk buffer folder (default: under the spool)"),
     buffer_mb: int = typer.Option(1024, min=1, help="disk buffer bound, MiB"),
