@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 
 from .desync import first_desyncs
@@ -46,13 +48,14 @@ def slow_comm_findings(
     axes: dict[str, str],
     coords: pd.DataFrame,
     step_ms: float,
-    skip_steps: int,
+    steps: Sequence[int],
 ) -> list[Finding]:
     """One finding for the slow groups: culprit the rank shared by all of them (-1 when
-    they share none or several: the link between the members)."""
+    they share none or several: the link between the members). ``steps``: the analyzed
+    steps (see :func:`~.slow_comm.find_slow_groups`); ``step_ms``: their median step."""
     if groups.empty or transfer.empty:
         return []
-    slow = find_slow_groups(transfer, axes, _members(groups), skip_steps)
+    slow = find_slow_groups(transfer, axes, _members(groups), steps)
     per_step = transfer.groupby("group_id")["instances"].median()
     slow = [
         s

@@ -10,6 +10,7 @@ intersect the slow groups).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,17 +128,26 @@ def find_slow_groups(
     transfer: pd.DataFrame,
     axes: dict[str, str],
     members: dict[str, list[int]],
-    skip_steps: int = 1,
+    steps: Sequence[int] | None = None,
     cfg: SlowCommConfig | None = None,
 ) -> list[SlowGroup]:
     """Groups whose transfer per collective exceeds the median of the other groups of
     their axis moving the same bytes per step by ``ratio`` and ``min_excess_ms`` on most
-    steps."""
+    steps.
+
+    ``steps``: the analyzed steps (after warm-up, ended by the ranks); only columns from
+    the first to the last of them are compared (None: all). Collectives issued before
+    step 0 (set-up) and in a step the job never finished (a crashed or hung rank's peers
+    erroring out of its collectives) are not a link's speed."""
     cfg = cfg or SlowCommConfig()
     if transfer.empty:
         return []
     tm, skew = transfer_matrix(transfer)
-    tm = tm.loc[:, sorted(tm.columns)[skip_steps:]]
+    cols = sorted(tm.columns)
+    if steps is not None:
+        lo, hi = (min(steps), max(steps)) if len(steps) else (1, 0)
+        cols = [c for c in cols if lo <= c <= hi]
+    tm = tm.loc[:, cols]
     payload = transfer.groupby("group_id")["step_bytes"].median().reindex(tm.index)
     axis_of = np.array(
         [f"{axes.get(g, axes.get(g.split(':')[0], 'mixed'))}:{int(b)}" for g, b in payload.items()]

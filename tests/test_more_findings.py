@@ -39,7 +39,7 @@ AXES = {f"tp{g}": "tp" for g in range(4)}
 
 def test_slow_tp_group_is_found_with_low_skew():
     found = slow_comm_findings(
-        transfer_frame(2), GROUPS, AXES, coords(), step_ms=100.0, skip_steps=1
+        transfer_frame(2), GROUPS, AXES, coords(), step_ms=100.0, steps=range(1, 10)
     )
     assert len(found) == 1
     f = found[0]
@@ -50,7 +50,26 @@ def test_slow_tp_group_is_found_with_low_skew():
 
 
 def test_even_groups_are_not_slow():
-    assert slow_comm_findings(transfer_frame(None), GROUPS, AXES, coords(), 100.0, 1) == []
+    assert (
+        slow_comm_findings(transfer_frame(None), GROUPS, AXES, coords(), 100.0, range(1, 10)) == []
+    )
+
+
+def test_set_up_and_unfinished_steps_are_not_a_links_speed():
+    """A crashed rank's TP peer errors out of their collectives in the step that never
+    ended, and set-up collectives (step -1) are slow everywhere by chance: neither counts.
+    Here group tp3 is slow at -1, 0 (warm-up), 2 and 5 (the crash step): 1 of the 4
+    analyzed steps (1-4)."""
+    frame = transfer_frame(None)
+    frame = frame[frame["step"] <= 5]
+    extra = [{"group_id": f"tp{g}", "step": -1, "instances": 4, "skew_mean": 0.1 * MS,
+              "step_bytes": 4096, "transfer_mean": 1 * MS} for g in range(4)]  # fmt: skip
+    frame = pd.concat([frame, pd.DataFrame(extra)], ignore_index=True)
+    slow_at = frame["group_id"].eq("tp3") & frame["step"].isin([-1, 0, 2, 5])
+    frame.loc[slow_at, "transfer_mean"] = 12 * MS
+    assert slow_comm_findings(frame, GROUPS, AXES, coords(), 100.0, range(1, 5)) == []
+    (every,) = slow_comm_findings(frame, GROUPS, AXES, coords(), 100.0, range(-1, 6))
+    assert every.evidence["shared_ranks"] == [6, 7]
 
 
 def test_desync_names_the_odd_rank():
