@@ -29,10 +29,15 @@ class SlowCommConfig:
     """And at least this much slower per collective (ms): tiny ops are noisy."""
     min_step_fraction: float = 0.5
     """Share of the analyzed steps on which the group must be slow."""
+    min_slow_steps: int = 3
+    """And at least this many slow steps (or step buckets): in a run cut short after a
+    few steps, two noisy steps of one group on a shared host are half of them."""
 
     def __post_init__(self) -> None:
         if self.ratio <= 1 or self.min_excess_ms < 0 or not 0 < self.min_step_fraction <= 1:
             raise ValueError("ratio must be > 1, min_excess_ms >= 0, min_step_fraction in (0, 1]")
+        if self.min_slow_steps < 1:
+            raise ValueError(f"min_slow_steps must be >= 1, got {self.min_slow_steps}")
 
 
 @dataclass(frozen=True)
@@ -162,7 +167,8 @@ def find_slow_groups(
         others = loo_median(own)
         slow = (own > cfg.ratio * others) & ((own - others) > cfg.min_excess_ms * 1e6)
         n = (~np.isnan(own)).sum(axis=1)
-        hit = (n > 0) & (slow.sum(axis=1) >= np.maximum(1, cfg.min_step_fraction * n))
+        need = np.maximum(cfg.min_slow_steps, cfg.min_step_fraction * n)
+        hit = (n > 0) & (slow.sum(axis=1) >= need)
         for i in np.flatnonzero(hit):
             g = tm.index[rows[i]]
             found.append(SlowGroup(

@@ -72,6 +72,19 @@ def test_set_up_and_unfinished_steps_are_not_a_links_speed():
     assert every.evidence["shared_ranks"] == [6, 7]
 
 
+def test_two_slow_steps_of_four_are_noise_three_a_slow_link():
+    """A run cut short after 4 analyzed steps: a group slow in 2 of them is half, but two
+    noisy steps on a shared host are not a link; 3 of 4 are."""
+    for slow_steps, found in (([1, 3], False), ([1, 2, 4], True)):
+        frame = transfer_frame(None)
+        frame = frame[frame["step"] <= 4].copy()
+        frame.loc[frame["group_id"].eq("tp1") & frame["step"].isin(slow_steps), "transfer_mean"] = (
+            12 * MS
+        )
+        got = slow_comm_findings(frame, GROUPS, AXES, coords(), 100.0, range(1, 5))
+        assert [f.evidence["shared_ranks"] for f in got] == ([[2, 3]] if found else [])
+
+
 def test_desync_names_the_odd_rank():
     mism = pd.DataFrame(
         [
