@@ -312,7 +312,11 @@ def agent(
     if once:
         otel = _otel_export(a, v["otlp_endpoint"])
         n = a.drain()
-        console.print(f"shipped {counted(n, 'record')} ({a.stats.rejected} rejected)")
+        console.print(
+            f"read {counted(a.stats.accepted, 'record')} from the spool "
+            f"({a.stats.rejected} rejected) and stored {counted(n, 'row')} (its own "
+            "agent_stats included)"
+        )
         if otel is not None:
             flushed = otel.force_flush()
             otel.shutdown()

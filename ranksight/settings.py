@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ranksight import env
+from ranksight.store.base import MAX_ATOMIC_ROWS
 
 try:
     import tomllib
@@ -47,6 +48,10 @@ class Setting:
     default: Any
     env: str | None
     help: str
+    lo: float | None = None
+    """Smallest value allowed (numbers; None: no bound), as the command-line flag's."""
+    hi: float | None = None
+    """Largest value allowed (numbers; None: no bound)."""
 
 
 SETTINGS: dict[str, Setting] = {
@@ -67,19 +72,23 @@ SETTINGS: dict[str, Setting] = {
         str, None, env.MESH, "mesh shape for auto-attached hooks (dp=2,pp=2,tp=2)"
     ),
     "launch.agent": Setting(str, "auto", None, "auto: reuse or start the node agent; never"),
-    "launch.grace_s": Setting(float, 30.0, None, "seconds from SIGTERM to SIGKILL of a killed job"),
+    "launch.grace_s": Setting(
+        float, 30.0, None, "seconds from SIGTERM to SIGKILL of a killed job", lo=0
+    ),
     "agent.spool": Setting(
         str, None, env.SPOOL_DIR, "spool folder the agent reads; unset: $RANKSIGHT_HOME/spool"
     ),
-    "agent.interval_s": Setting(float, 1.0, None, "seconds between batches"),
-    "agent.batch_rows": Setting(int, 500_000, None, "most records in one batch"),
+    "agent.interval_s": Setting(float, 1.0, None, "seconds between batches", lo=0.05),
+    "agent.batch_rows": Setting(
+        int, 500_000, None, "most records in one batch", lo=1, hi=MAX_ATOMIC_ROWS
+    ),
     "agent.buffer_dir": Setting(str, None, None, "disk buffer folder; unset: under the spool"),
-    "agent.buffer_mb": Setting(int, 1024, None, "disk buffer bound, MiB"),
+    "agent.buffer_mb": Setting(int, 1024, None, "disk buffer bound, MiB", lo=1),
     "agent.drop": Setting(str, "drop_oldest", None, "full buffer: drop_oldest or drop_newest"),
-    "agent.stats_interval_s": Setting(float, 10.0, None, "seconds between agent_stats rows"),
+    "agent.stats_interval_s": Setting(float, 10.0, None, "seconds between agent_stats rows", lo=0),
     "agent.collectors": Setting(str, "default", None, "node collectors: default, none, or a list"),
     "agent.stall_s": Setting(
-        float, 60.0, None, "py-spy a run's ranks after this long without progress"
+        float, 60.0, None, "py-spy a run's ranks after this long without progress", lo=1.0
     ),
     "agent.otlp_endpoint": Setting(
         str, None, env.OTLP_ENDPOINT, "OTLP/HTTP endpoint for spans and metrics (http://host:4318)"
@@ -105,6 +114,21 @@ def config_path(explicit: str | None = None) -> str | None:
 
 
 def _coerce(value: Any, setting: Setting, where: str) -> Any:
+    """``value`` as the setting's type, within its bounds; ConfigError naming ``where``
+    if it is not one or is out of bounds."""
+    value = _as_kind(value, setting, where)
+    too_low = setting.lo is not None and value < setting.lo
+    if too_low or (setting.hi is not None and value > setting.hi):
+        bounds = " and ".join(
+            f"{word} {int(b) if setting.kind is int else format(b, 'g')}"
+            for word, b in (("at least", setting.lo), ("at most", setting.hi))
+            if b is not None
+        )
+        raise ConfigError(f"{where}: {value!r} is out of range (want {bounds})")
+    return value
+
+
+def _as_kind(value: Any, setting: Setting, where: str) -> Any:
     """``value`` as the setting's type; ConfigError naming ``where`` if it is not one."""
     kind = setting.kind
     if isinstance(value, str) and kind is not str:

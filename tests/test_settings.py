@@ -71,6 +71,26 @@ def test_bad_configuration_is_named(clean_env, tmp_path):
         load_settings()
 
 
+@pytest.mark.parametrize(
+    "line, said",
+    [("batch_rows = 2000000", "agent.batch_rows: 2000000 is out of range (want at least 1 and at most 1000000)"),
+     ("batch_rows = 0", "agent.batch_rows: 0 is out of range (want at least 1 and at most 1000000)"),
+     ("interval_s = 0", "agent.interval_s: 0.0 is out of range (want at least 0.05)"),
+     ("buffer_mb = -5", "agent.buffer_mb: -5 is out of range (want at least 1)"),
+     ("stall_s = 0.5", "agent.stall_s: 0.5 is out of range (want at least 1)")],
+)  # fmt: skip
+def test_a_value_out_of_range_names_the_file_and_key(clean_env, tmp_path, line, said):
+    """The bounds the command-line flags have hold for the file too, named there: the
+    agent would otherwise refuse the value later without saying where it came from."""
+    path = tmp_path / "r.toml"
+    path.write_text(f"[agent]\n{line}\n")
+    with pytest.raises(ConfigError) as got:
+        load_settings(str(path))
+    assert str(got.value) == f"{path}: {said}"
+    path.write_text("[agent]\nbatch_rows = 1000000\ninterval_s = 0.05\n")
+    assert load_settings(str(path))["agent.batch_rows"] == 1_000_000
+
+
 def test_config_show_prints_values_and_sources(clean_env, tmp_path):
     path = tmp_path / "r.toml"
     path.write_text("[agent]\nbuffer_mb = 64\n")
@@ -87,14 +107,17 @@ def test_config_show_prints_values_and_sources(clean_env, tmp_path):
 
 
 def test_agent_takes_unset_flags_from_the_file_and_flags_win(clean_env, tmp_path):
+    wide = {**os.environ, "COLUMNS": "200"}
     path = tmp_path / "r.toml"
     (tmp_path / "spool").mkdir()
     path.write_text(
         f'[store]\nurl = "{tmp_path / "file-store"}"\n[agent]\nspool = "{tmp_path / "spool"}"\n'
     )
     cmd = [sys.executable, "-m", "ranksight.cli", "agent", "--once", "--config", str(path)]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=wide)
     assert out.returncode == 0, out.stderr
+    # an empty spool: no record read; the one row stored is the agent's own stats
+    assert "read 0 records from the spool (0 rejected) and stored 1 row" in out.stdout
     assert (tmp_path / "file-store").is_dir() and list((tmp_path / "spool").glob(".agent-*"))
     out = subprocess.run(
         [*cmd, "--store", str(tmp_path / "flag-store")],

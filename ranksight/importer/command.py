@@ -34,6 +34,7 @@ def nothing_imported(paths: list[str], files: int) -> str:
 def import_cmd(
     paths: list[str] = typer.Argument(
         ...,
+        metavar="PATH",
         help=f"files, folders or archives: {ARTIFACTS} (kind read from content)",
     ),
     run: str = typer.Option(None, "--run", help="run id (default: import-<hash of the paths>)"),
