@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The collectors' recorded session on a GPU machine (the device tool runs it from the repo
 # root, with .gpu/ carried: src.tar = `git archive HEAD`, store/ = an initialized chdb
-# store, whl/ = the py-spy wheel). See bench/gpu_session.py for what it does.
+# store, whl/ = the py-spy wheel). See bench/gpu_session.py for what it does, and
+# bench/gpu_faults.py for the fault scenarios it runs with SESSION set.
 set -u
 OUTDIR=${OUT:-/tmp/out}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -28,6 +29,9 @@ cp -r .gpu/store $B/store
   python3 -c "import torch, pynvml; print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version(), pynvml.__file__)"
   py-spy --version
 } > $W/machine.txt 2>&1
-cd $SRC && PYTHONUNBUFFERED=1 python3 bench/gpu_session.py --work $W --store $B/store --seconds ${SECONDS_TRAIN:-40} 2>&1 | tee $W/session.log
+# SESSION: the script (and subcommand) to run, bench/gpu_session.py unless set (e.g.
+# SESSION="bench/gpu_faults.py record" SESSION_ARGS=""); SESSION_ARGS: its own options
+cd $SRC && PYTHONUNBUFFERED=1 python3 ${SESSION:-bench/gpu_session.py} --work $W --store $B/store \
+  ${SESSION_ARGS---seconds ${SECONDS_TRAIN:-40}} 2>&1 | tee $W/session.log
 cd $B && tar czf $OUTDIR/store.tgz store && tar czf $OUTDIR/work.tgz work
 ls -la $OUTDIR
