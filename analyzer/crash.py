@@ -101,6 +101,9 @@ def rank_ends(ends: pd.DataFrame, last_seen: pd.Series, last_step: pd.Series) ->
         lr = by_launcher.get(rank)
         root = lr is not None and "root cause" in str(lr.detail)
         step = int(last_step.get(rank, -1))
+        box = by_agent.get(rank)  # its black box: the step it was in, its last op
+        if box is not None and rank not in out:  # records lost with the process
+            step, seen = max(step, int(box.last_step)), max(int(seen), int(box.ts_ns))
         if rank in out:
             e = out[rank]
             out[rank] = RankEnd(
@@ -112,11 +115,7 @@ def rank_ends(ends: pd.DataFrame, last_seen: pd.Series, last_step: pd.Series) ->
         else:  # no record of its own: killed outright, or by the launcher's SIGKILL
             code = int(lr.code) if lr is not None else -1
             detail = str(lr.detail) if lr is not None else "no end recorded; its records stopped"
-            at = int(seen)
-            box = by_agent.get(rank)  # its black box: the step it was in, its last op
-            if box is not None:
-                step, at = max(step, int(box.last_step)), max(at, int(box.ts_ns))
-            out[rank] = RankEnd(rank, "gone", at, code, detail, step, root)
+            out[rank] = RankEnd(rank, "gone", int(seen), code, detail, step, root)
     return out
 
 

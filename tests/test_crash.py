@@ -116,6 +116,26 @@ def test_the_launchers_root_cause_wins_and_gives_the_exit_code():
     assert f.evidence["crash_stack"].startswith("Fatal Python error")
 
 
+def test_an_exit_code_without_records_takes_the_step_from_the_black_box():
+    """``os._exit(17)`` in step 6 (recorded on 2 H200s): the hooks' records of step 5 never
+    left the process, the launcher gives only the code, and the black box, read by the
+    agent after the process was gone, has the step it was in."""
+    ends = _ends(
+        [
+            (1, "agent", "gone", -1, "", 6, 31 * S),
+            (1, "launcher", "exit_code", 17, "root cause (first observed failure)", -1, 40 * S),
+            (0, "launcher", "exit_code", -15, "killed by SIGTERM", -1, 40 * S),
+            (0, "hooks", "signal", 15, "SIGTERM", 6, 33 * S),
+        ]
+    )
+    seen = pd.Series({0: 33 * S, 1: 30 * S})
+    report = find_crash(ends, seen, pd.Series({0: 6, 1: 4}), "failed")
+    e = report.culprit
+    assert (e.rank, e.how, e.code, e.last_step, e.at_ns) == (1, "exit_code", 17, 6, 31 * S)
+    f = crash_finding(report, _coords(2), pd.DataFrame(), pd.DataFrame())
+    assert "exited with code 17 without an exception in step 6;" in f.summary
+
+
 def test_an_uncaught_exception_is_named_with_its_message():
     ends = _ends(
         [
