@@ -53,26 +53,36 @@ SCENARIOS = (
 )
 CONTENTION_FROM = 4
 """The step from which the competing process runs on GPU 1."""
+CONTENTION_STEPS = 40
+"""Steps of the contention run: a 150 ms step ends 20 steps in 3 s."""
 MODEL = ["--d-model", "2048", "--layers", "8", "--heads", "16", "--seq-len", "1024",
          "--batch-size", "16", "--device", "cuda", "--dtype", "bf16"]  # fmt: skip
 HANG_STALL_S = 45.0
 """A job with no new step for this long is stopped (the NCCL watchdog's default is 10 min)."""
 CONTENDER = """
-import sys, time, torch
+import os, sys, time, torch
 x = torch.randn(8192, 8192, device="cuda:1", dtype=torch.bfloat16)
-print("contender on", torch.cuda.get_device_name(1), flush=True)
-end = time.time() + float(sys.argv[1])
-while time.time() < end:
+y = x @ x
+torch.cuda.synchronize(1)
+print("contender ready on", torch.cuda.get_device_name(1), flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+print("contender running", flush=True)
+while True:
     for _ in range(20):
         y = x @ x
     torch.cuda.synchronize(1)
 """
+"""The competing process: warmed up (CUDA context, a first matmul) while the job starts,
+it runs only once the go file exists, so the contention begins at a known step."""
 
 
-def _job(run_id: str, inject: str, spool: str, fr_prefix: str) -> tuple[list[str], dict]:
+def _job(
+    run_id: str, inject: str, spool: str, fr_prefix: str, steps: int
+) -> tuple[list[str], dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
            "-m", "ranksight.reference_trainer.train", "--dp", "2", "--tp", "1", "--pp", "1",
-           "--steps", str(STEPS), "--run-id", run_id, "--hooks", "default", "--log-every", "1",
+           "--steps", str(steps), "--run-id", run_id, "--hooks", "default", "--log-every", "1",
            "--inject", inject, *MODEL]  # fmt: skip
     env = {**os.environ, "RANKSIGHT_SPOOL_DIR": spool, "RANKSIGHT_RUN_ID": run_id,
            "RANKSIGHT_LEVEL": "default", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
@@ -93,27 +103,27 @@ def run_one(name: str, inject: str, work: str, spool: str, fr_prefix: str) -> di
     """One scenario's job; returns its row (run id, exit code, wall time, notes)."""
     run_id = f"gpu2-{name}-{int(time.time())}"
     log_path = os.path.join(work, f"{name}.log")
-    cmd, env = _job(run_id, inject, spool, fr_prefix)
+    steps = CONTENTION_STEPS if name == "gpu_contention" else STEPS
+    cmd, env = _job(run_id, inject, spool, fr_prefix, steps)
     t0 = time.monotonic()
     contender, note = None, ""
+    go = os.path.join(work, f"{name}.go")
+    if name == "gpu_contention":
+        contender = subprocess.Popen(
+            [sys.executable, "-c", CONTENDER, go],
+            stdout=open(os.path.join(work, "contender.log"), "w"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
     with open(log_path, "w") as log:
         job = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=work)
         last, seen_at = None, time.monotonic()
         while job.poll() is None:
-            time.sleep(0.2)
+            time.sleep(0.05)
             step = _last_step(log_path)
             if step != last:
                 last, seen_at = step, time.monotonic()
-            if (
-                name == "gpu_contention"
-                and contender is None
-                and (step or -1) >= CONTENTION_FROM - 1
-            ):
-                contender = subprocess.Popen(
-                    [sys.executable, "-c", CONTENDER, "600"],
-                    stdout=open(os.path.join(work, "contender.log"), "w"), stderr=subprocess.STDOUT,
-                )  # fmt: skip
-                note = f"contender started after step {step}"
+            if contender is not None and not note and (step or -1) >= CONTENTION_FROM - 1:
+                open(go, "w").close()
+                note = f"contender running from after step {step}"
             if time.monotonic() - seen_at > HANG_STALL_S:
                 note = f"stopped {HANG_STALL_S:.0f} s after step {last}"
                 job.terminate()

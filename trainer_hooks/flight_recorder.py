@@ -41,14 +41,44 @@ def request_dump(run_dir: str) -> str:
 
 
 def dump_bytes() -> bytes:
-    """The Flight Recorder's current contents (pickle); raises RuntimeError if this torch
-    has no dump entry point."""
+    """The Flight Recorder's current contents (pickle, torch's format).
+
+    torch keeps one ring for NCCL process groups (``_dump_nccl_trace``) and one for the
+    other backends (``_dump_fr_trace``: gloo); on an NCCL job the second holds nothing
+    (``entries == []``, ``pg_config == {}``: seen on 2 H200s, torch 2.11). Both are read;
+    when both hold something, their entries (ordered by ``time_created_ns``), ``pg_config``
+    and ``pg_status`` are merged into one dump. Raises RuntimeError if this torch has no
+    dump entry point, or every one failed."""
+    import pickle
+
     c10d = torch._C._distributed_c10d
-    for name in ("_dump_fr_trace", "_dump_nccl_trace"):
+    dumps, errors = [], []
+    for name in ("_dump_nccl_trace", "_dump_fr_trace"):
         fn = getattr(c10d, name, None)
-        if fn is not None:
-            return fn()
-    raise RuntimeError("this torch build has no Flight Recorder dump function")
+        if fn is None:
+            continue
+        try:
+            dumps.append(fn())
+        except Exception as exc:  # e.g. no NCCL in this build or process
+            errors.append(f"{name}: {exc}")
+    if not dumps:
+        raise RuntimeError(
+            "; ".join(errors) or "this torch build has no Flight Recorder dump function"
+        )
+    if len(dumps) == 1:
+        return dumps[0]
+    docs = [pickle.loads(d) for d in dumps]  # noqa: S301 - this process's own dump
+    full = [i for i, d in enumerate(docs) if d.get("entries") or d.get("pg_config")]
+    if len(full) <= 1:
+        return dumps[full[0] if full else 0]
+    merged = dict(docs[full[0]])
+    merged["entries"] = sorted(
+        (e for i in full for e in docs[i].get("entries", [])),
+        key=lambda e: e.get("time_created_ns", 0),
+    )
+    for key in ("pg_config", "pg_status"):
+        merged[key] = {k: v for i in full for k, v in (docs[i].get(key) or {}).items()}
+    return pickle.dumps(merged)
 
 
 class DumpOnRequest:
