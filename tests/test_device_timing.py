@@ -213,3 +213,54 @@ def test_on_a_gpu_rank_an_op_counts_completed_only_once_the_device_finished_it(m
     assert entry[2] == 1  # progress sees it finished
     log.flush()
     assert out[-1] is rec2 and rec2["end_ns"] > 0  # emitted as completed at close
+
+
+class _HooksStandIn:
+    """What a phase needs of Hooks: its phase stack, blocked clock, device timer, step."""
+
+    def __init__(self, device) -> None:
+        from ranksight.trainer_hooks.hooks import Hooks
+
+        self._phase_record = Hooks._phase_record.__get__(self)
+        self._phase_stack: list[str] = []
+        self._clock = type("Clock", (), {"total_ns": 0})()
+        self._device, self._step, self.out = device, 7, []
+
+    def _put(self, rec: dict) -> None:
+        self.out.append(rec)
+
+
+def test_on_a_gpu_rank_a_phase_carries_the_devices_times():
+    """A GPU slowed by another process shows only on the device: the host issues the
+    phase's kernels in the same time. The phase's record leaves with the times of CUDA
+    events recorded at its enter and exit, once they completed."""
+    from ranksight.trainer_hooks.collective_log import BlockedClock, CollectiveLog
+    from ranksight.trainer_hooks.hooks import _Phase
+
+    cuda = FakeCuda()
+    h = _HooksStandIn(None)
+    timer = DeviceTimer(h._put, DeviceClock(cuda), prealloc=0)
+    log = CollectiveLog(h._put, lambda: (7, "forward"), BlockedClock())
+    timer.on_resolved, timer.on_poll = log.device_completed, log.poll_device
+    h._device = timer
+    base = timer.clock.anchor.t
+    cuda.next_at += [base + 1_000_000, base + 41_000_000]  # 40 ms on the device
+    t0 = time.time_ns()
+    with _Phase(h, "forward", 2, 0):
+        pass  # the host only queued kernels: microseconds
+    host_ns = time.time_ns() - t0
+    assert h.out == [] and h._phase_stack == []  # waits for its events
+    _, start, end = timer._pending[-1]
+    cuda.done.update({id(start), id(end)})
+    assert timer.resolve() == 1
+    (rec,) = h.out
+    assert (rec["t"], rec["phase"], rec["step"], rec["microbatch"], rec["stage"]) == (
+        "phases", "forward", 7, 2, 0
+    )  # fmt: skip
+    assert rec["start_ns"] == timer.clock.anchor_ns + 1_000_000
+    assert rec["end_ns"] - rec["start_ns"] == 40_000_000 > host_ns
+    assert rec["wait_ns"] == 0 and timer.resolved == 1
+    cpu = _HooksStandIn(None)  # no device timer: host times, at once
+    with _Phase(cpu, "backward", -1, -1):
+        pass
+    assert [r["phase"] for r in cpu.out] == ["backward"] and cpu.out[0]["end_ns"] >= t0

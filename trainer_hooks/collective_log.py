@@ -169,8 +169,10 @@ class CollectiveLog:
         self.emit(rec)
 
     def device_completed(self, rec: dict[str, Any]) -> None:
-        """The device timer saw ``rec`` finish on the GPU (its thread)."""
-        self._completed(rec)
+        """The device timer saw ``rec`` finish on the GPU (its thread); phases, which it
+        times too, are not collectives and are left alone."""
+        if "op" in rec:
+            self._completed(rec)
 
     def poll_device(self) -> None:
         """Count the CUDA works that finished on the GPU but that nobody waited on yet
