@@ -147,12 +147,11 @@ def find_slow_groups(
     cfg = cfg or SlowCommConfig()
     if transfer.empty:
         return []
-    tm, skew = transfer_matrix(transfer)
-    cols = sorted(tm.columns)
     if steps is not None:
-        lo, hi = (min(steps), max(steps)) if len(steps) else (1, 0)
-        cols = [c for c in cols if lo <= c <= hi]
-    tm = tm.loc[:, cols]
+        transfer = _within(transfer, steps)
+        if transfer.empty:
+            return []
+    tm, skew = transfer_matrix(transfer)
     payload = transfer.groupby("group_id")["step_bytes"].median().reindex(tm.index)
     axis_of = np.array(
         [f"{axes.get(g, axes.get(g.split(':')[0], 'mixed'))}:{int(b)}" for g, b in payload.items()]
@@ -178,6 +177,21 @@ def find_slow_groups(
                 skew_ms=float(np.nanmedian(skew.loc[g])) / 1e6,
                 slow_steps=int(slow[i].sum()), steps=int(n[i])))  # fmt: skip
     return found
+
+
+def _within(transfer: pd.DataFrame, steps: Sequence[int]) -> pd.DataFrame:
+    """The rows of ``transfer`` wholly inside ``min(steps)..max(steps)``: a collective
+    group's step, or a pair's bucket of steps (TRANSFER_P2P: its ``step`` is the bucket's
+    first; the bucket size is the spacing of the pairs' steps)."""
+    if not len(steps):
+        return transfer.iloc[0:0]
+    lo, hi = min(steps), max(steps)
+    step = transfer["step"].astype(int)
+    pair = transfer["group_id"].str.contains(">", regex=False)
+    starts = np.unique(step[pair])
+    bucket = int(np.diff(starts).min()) if len(starts) > 1 else 1
+    last = step + np.where(pair, bucket - 1, 0)
+    return transfer[(step >= lo) & (last <= hi)]
 
 
 def shared_ranks(groups: list[SlowGroup]) -> list[int]:

@@ -314,8 +314,8 @@ def agent(
         n = a.drain()
         console.print(
             f"read {counted(a.stats.accepted, 'record')} from the spool "
-            f"({a.stats.rejected} rejected) and stored {counted(n, 'row')} (its own "
-            "agent_stats included)"
+            f"({a.stats.rejected} rejected) and stored {counted(n, 'row')}"
+            + (" (its own agent_stats included)" if stats_interval > 0 else "")
         )
         if otel is not None:
             flushed = otel.force_flush()

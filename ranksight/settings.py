@@ -19,6 +19,7 @@ Example (``deploy/ranksight.toml``)::
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -117,6 +118,8 @@ def _coerce(value: Any, setting: Setting, where: str) -> Any:
     """``value`` as the setting's type, within its bounds; ConfigError naming ``where``
     if it is not one or is out of bounds."""
     value = _as_kind(value, setting, where)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: {value!r} is not a finite number")
     too_low = setting.lo is not None and value < setting.lo
     if too_low or (setting.hi is not None and value > setting.hi):
         bounds = " and ".join(

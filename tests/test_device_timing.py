@@ -225,6 +225,7 @@ class _HooksStandIn:
         self._phase_stack: list[str] = []
         self._clock = type("Clock", (), {"total_ns": 0})()
         self._device, self._step, self.out = device, 7, []
+        self._device_errors = 0
 
     def _put(self, rec: dict) -> None:
         self.out.append(rec)
@@ -264,3 +265,48 @@ def test_on_a_gpu_rank_a_phase_carries_the_devices_times():
     with _Phase(cpu, "backward", -1, -1):
         pass
     assert [r["phase"] for r in cpu.out] == ["backward"] and cpu.out[0]["end_ns"] >= t0
+
+
+def test_host_work_phases_and_failing_events_keep_host_times():
+    """``data_wait`` is host work: timed on the host even on a CUDA rank. A CUDA error in
+    a phase's events is counted and the phase recorded with host times, never raised."""
+    from ranksight.trainer_hooks.hooks import _Phase
+
+    cuda = FakeCuda()
+    h = _HooksStandIn(None)
+    h._device = DeviceTimer(h._put, DeviceClock(cuda), prealloc=0)
+    with _Phase(h, "data_wait", -1, -1):
+        pass
+    assert [r["phase"] for r in h.out] == ["data_wait"] and not h._device._pending
+
+    class Broken:
+        def start(self, rec):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    h._device = Broken()
+    with _Phase(h, "forward", 0, 0):
+        pass
+    assert [r["phase"] for r in h.out] == ["data_wait", "forward"]
+    assert h._device_errors == 1 and h._phase_stack == []
+
+
+def test_a_phase_the_device_never_finished_leaves_at_close_with_its_host_times():
+    """At the end of a hung job a collective still in flight on the device is emitted
+    with ``end_ns`` 0 (in flight); a phase keeps the host's times, not 0."""
+    from ranksight.trainer_hooks.hooks import _Phase
+
+    cuda = FakeCuda()
+    h = _HooksStandIn(None)
+    timer = DeviceTimer(h._put, DeviceClock(cuda), prealloc=0)
+    h._device = timer
+    base = timer.clock.anchor.t
+    cuda.next_at += [base + 1_000, base + 2_000, base + 3_000, base + 4_000]
+    with _Phase(h, "backward", 0, 0):
+        pass
+    op = {"op": "all_reduce", "start_ns": 5, "end_ns": 6}
+    timer.start(op)
+    timer.end(op)
+    timer.close(timeout_s=0.05)  # neither finished on the device
+    phase, coll = h.out
+    assert phase["phase"] == "backward" and phase["end_ns"] >= phase["start_ns"] > 0
+    assert coll is op and coll["end_ns"] == 0

@@ -52,6 +52,20 @@ def test_two_rings_with_entries_are_merged_in_time_order(c10d):
     assert got["version"] == "2.10"
 
 
+def test_odd_layouts_never_lose_the_dump(c10d):
+    """A group name in both rings keeps both; an entry without a time sorts first; a
+    layout the merge does not know gives NCCL's ring as it is."""
+    other = _ring("0", 7)
+    other["entries"][0]["time_created_ns"] = None
+    c10d(nccl=lambda: pickle.dumps(_ring("0", 5)), other=lambda: pickle.dumps(other))
+    got = pickle.loads(dump_bytes())
+    assert [e["time_created_ns"] for e in got["entries"]] == [None, 5]
+    assert set(got["pg_config"]) == {"0", "0:1"}
+    nccl = _ring("0", 5)
+    c10d(nccl=lambda: pickle.dumps(nccl), other=lambda: pickle.dumps(["not", "a", "dump"]))
+    assert pickle.loads(dump_bytes()) == nccl
+
+
 def test_a_ring_that_fails_leaves_the_other(c10d):
     def broken():
         raise RuntimeError("NCCL is not available in this process")

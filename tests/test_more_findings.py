@@ -158,3 +158,18 @@ def test_a_crash_or_hang_a_desync_explains_is_folded_into_it() -> None:
     assert folded.summary.endswith("; the job then hung (61 s without a step)")
     rooted = finding("hang", 1, "rank 1 never entered", stalled_s=5)
     assert [f.kind for f in _with_hang([desync], rooted)] == ["hang", "desync"]
+
+
+def test_a_pairs_bucket_counts_only_when_wholly_inside_the_analyzed_steps():
+    """TRANSFER_P2P buckets steps (a long run: ``step`` is the bucket's first). A bucket
+    that holds a warm-up step or the step a crashed job never finished is left out, as
+    the collective groups' own steps are."""
+    from ranksight.analyzer.slow_comm import _within
+
+    pairs = [{"group_id": "pp:2>0", "step": b, "transfer_mean": 1.0} for b in (0, 5, 10, 15, 20)]
+    colls = [{"group_id": "tp0", "step": s, "transfer_mean": 1.0} for s in range(25)]
+    frame = pd.DataFrame(pairs + colls)
+    got = _within(frame, range(1, 23))
+    assert sorted(got.loc[got["group_id"] == "pp:2>0", "step"]) == [5, 10, 15]
+    assert sorted(got.loc[got["group_id"] == "tp0", "step"]) == list(range(1, 23))
+    assert _within(frame, []).empty

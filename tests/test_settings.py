@@ -77,7 +77,9 @@ def test_bad_configuration_is_named(clean_env, tmp_path):
      ("batch_rows = 0", "agent.batch_rows: 0 is out of range (want at least 1 and at most 1000000)"),
      ("interval_s = 0", "agent.interval_s: 0.0 is out of range (want at least 0.05)"),
      ("buffer_mb = -5", "agent.buffer_mb: -5 is out of range (want at least 1)"),
-     ("stall_s = 0.5", "agent.stall_s: 0.5 is out of range (want at least 1)")],
+     ("stall_s = 0.5", "agent.stall_s: 0.5 is out of range (want at least 1)"),
+     ("interval_s = nan", "agent.interval_s: nan is not a finite number"),
+     ("stats_interval_s = inf", "agent.stats_interval_s: inf is not a finite number")],
 )  # fmt: skip
 def test_a_value_out_of_range_names_the_file_and_key(clean_env, tmp_path, line, said):
     """The bounds the command-line flags have hold for the file too, named there: the

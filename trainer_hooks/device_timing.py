@@ -210,8 +210,8 @@ class DeviceTimer:
         self._thread.start()
 
     def close(self, timeout_s: float = 2.0) -> None:
-        """Resolve what completes within ``timeout_s``; emit the rest with host times, or
-        with ``end_ns`` 0 where the device never finished them."""
+        """Resolve what completes within ``timeout_s``; emit the rest with host times, or,
+        for a collective the device never finished, with ``end_ns`` 0 (in flight)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
@@ -227,8 +227,8 @@ class DeviceTimer:
                 finished = _done(start, end)
             except RuntimeError:
                 finished = False
-            if not finished:  # the device never finished it (a hang, a dead peer)
-                rec["end_ns"] = 0
+            if not finished and "op" in rec:  # a collective the device never finished
+                rec["end_ns"] = 0  # (a hang, a dead peer); a phase keeps its host times
             self.emit(rec)
 
 

@@ -49,8 +49,6 @@ def dump_bytes() -> bytes:
     when both hold something, their entries (ordered by ``time_created_ns``), ``pg_config``
     and ``pg_status`` are merged into one dump. Raises RuntimeError if this torch has no
     dump entry point, or every one failed."""
-    import pickle
-
     c10d = torch._C._distributed_c10d
     dumps, errors = [], []
     for name in ("_dump_nccl_trace", "_dump_fr_trace"):
@@ -67,17 +65,33 @@ def dump_bytes() -> bytes:
         )
     if len(dumps) == 1:
         return dumps[0]
+    try:
+        return _merged(dumps)
+    except Exception:  # noqa: BLE001 - an unexpected layout: NCCL's ring as it is
+        return dumps[0]
+
+
+def _merged(dumps: list[bytes]) -> bytes:
+    """One dump of several rings' (see :func:`dump_bytes`): the one that holds anything,
+    else their entries in time order and their groups. A group name in two rings (one
+    process group on two backends) keeps both, the second as ``<name>:<n>``."""
+    import pickle
+
     docs = [pickle.loads(d) for d in dumps]  # noqa: S301 - this process's own dump
     full = [i for i, d in enumerate(docs) if d.get("entries") or d.get("pg_config")]
     if len(full) <= 1:
         return dumps[full[0] if full else 0]
     merged = dict(docs[full[0]])
     merged["entries"] = sorted(
-        (e for i in full for e in docs[i].get("entries", [])),
-        key=lambda e: e.get("time_created_ns", 0),
+        (e for i in full for e in (docs[i].get("entries") or [])),
+        key=lambda e: e.get("time_created_ns") or 0,
     )
     for key in ("pg_config", "pg_status"):
-        merged[key] = {k: v for i in full for k, v in (docs[i].get(key) or {}).items()}
+        out: dict = {}
+        for n, i in enumerate(full):
+            for name, value in (docs[i].get(key) or {}).items():
+                out[name if name not in out else f"{name}:{n}"] = value
+        merged[key] = out
     return pickle.dumps(merged)
 
 

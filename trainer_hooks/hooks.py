@@ -83,10 +83,20 @@ def _cuda_module() -> Any:
         return None
 
 
+DEVICE_PHASES = frozenset({"forward", "backward", "optimizer"})
+"""Phases timed on the device on a CUDA rank. Others (``data_wait``, ``checkpoint``, names
+a script makes up) are host work: a start event would complete only once the GPU had
+drained what was queued before, and hide a data-loader stall shorter than that. A device
+span includes the time the phase's stream waited for collectives inside it (a TP
+all_reduce waiting for a slow peer), which the host's ``wait_ns`` does not count; the
+analyzer's wait analysis tells such victims from the culprit."""
+
+
 class _Phase:
     """Context manager timing one phase; blocked collective time inside is its wait_ns.
 
-    On a CUDA rank (device timing on) the phase also gets CUDA events on the current
+    On a CUDA rank (device timing on) a compute phase (:data:`DEVICE_PHASES`) also gets
+    CUDA events on the current
     stream at enter and exit, and its record carries the device's times: a GPU slowed
     by another process, throttled clocks or slow kernels shows in its compute phases,
     which the host, running ahead of the device, does not see (MegaScale, NSDI 2024, 4.1:
@@ -103,9 +113,13 @@ class _Phase:
         h._phase_stack.append(self._name)
         self._w0 = h._clock.total_ns
         self._rec = None
-        if h._device is not None:
-            self._rec = {}
-            h._device.start(self._rec)
+        if h._device is not None and self._name in DEVICE_PHASES:
+            try:
+                rec: dict[str, Any] = {}
+                h._device.start(rec)
+                self._rec = rec
+            except Exception:  # noqa: BLE001 - host times then; never the job's error
+                h._device_errors += 1
         self._t0 = time.time_ns()
         return self
 
@@ -117,8 +131,11 @@ class _Phase:
                               self._microbatch, self._stage)  # fmt: skip
         if self._rec is not None:
             self._rec.update(rec)  # the dict the start event is kept under
-            if h._device.end(self._rec):
-                return
+            try:
+                if h._device.end(self._rec):
+                    return
+            except Exception:  # noqa: BLE001 - host times then; never the job's error
+                h._device_errors += 1
         h._put(rec)
 
 
@@ -268,6 +285,8 @@ class Hooks:
             self._log.blackbox = self._blackbox = BlackBox(blackbox_path(path, self.rank))
         except OSError as e:
             warnings.warn(f"ranksight: no black box for rank {self.rank}: {e}", stacklevel=3)
+        self._device_errors = 0
+        """Phases whose CUDA events failed (recorded with host times instead)."""
         self._device = self._device_timer() if config.device_timing else None
         self._log.device = self._device
         if self._device is not None:
@@ -411,7 +430,7 @@ class Hooks:
         return {
             "records": self._spool.records,
             "dropped": self._spool.dropped,
-            "errors": self._log.errors,
+            "errors": self._log.errors + self._device_errors,
             "collectives": self._log.issued,
         }
 
