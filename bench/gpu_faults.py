@@ -1,7 +1,7 @@
 """Fault scenarios on 2 NCCL GPUs (DP2, bf16): recorded on a GPU machine, scored here.
 
 The 8-GPU matrix (DP2 x TP2 x PP2) needs a machine this project is not always lent; this
-runs what 2 GPUs allow with one parallel dimension (DP2, FSDP2 ``replicate``), on real
+runs what 2 GPUs allow with one parallel dimension (DP2, FSDP2 ``replicate``; TP2), on real
 NCCL, with the node collectors (NVML, processes on the GPUs, stacks on a stall, Flight
 Recorder dumps) running beside the job:
 
@@ -14,6 +14,8 @@ gpu_contention  another process runs bf16 matmuls on GPU   straggler/gpu_content
                 1 from step 4 (nothing in the job changes)
 hang            rank 1 blocks before a collective, step 6  hang @ 1
 crash           rank 1 exits (code 17) in step 6           crash @ 1
+clean-tp2       TP2 instead of DP2: nothing                none
+slow-tp2        TP2: rank 1's compute 3x from step 4       straggler/compute @ 1
 ==============  =========================================  ================================
 
 On the GPU machine (``bench/gpu_session.sh`` with ``SESSION="bench/gpu_faults.py record"``
@@ -42,15 +44,21 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-SHAPE = {"dp": 2, "tp": 1, "pp": 1}
+DP2 = {"dp": 2, "tp": 1, "pp": 1}
+TP2 = {"dp": 1, "tp": 2, "pp": 1}
 STEPS = 24
 SCENARIOS = (
-    ("clean", "none"),
-    ("slow", "slow:rank=1,factor=3,from_step=4"),
-    ("gpu_contention", "none"),
-    ("hang", "hang:rank=1,from_step=6"),
-    ("crash", "crash:rank=1,from_step=6"),
+    ("clean", "none", DP2),
+    ("slow", "slow:rank=1,factor=3,from_step=4", DP2),
+    ("gpu_contention", "none", DP2),
+    ("hang", "hang:rank=1,from_step=6", DP2),
+    ("crash", "crash:rank=1,from_step=6", DP2),
+    ("clean-tp2", "none", TP2),
+    ("slow-tp2", "slow:rank=1,factor=3,from_step=4", TP2),
 )
+"""(name, fault, mesh shape). The TP2 pair: its two ranks wait for each other inside
+every forward and backward (TP all_reduces), the case where a phase's device span holds
+the wait for a slow peer."""
 CONTENTION_FROM = 4
 """The step from which the competing process runs on GPU 1."""
 CONTENTION_STEPS = 40
@@ -78,10 +86,10 @@ it runs only once the go file exists, so the contention begins at a known step."
 
 
 def _job(
-    run_id: str, inject: str, spool: str, fr_prefix: str, steps: int
+    run_id: str, inject: str, spool: str, fr_prefix: str, steps: int, shape: dict
 ) -> tuple[list[str], dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           "-m", "ranksight.reference_trainer.train", "--dp", "2", "--tp", "1", "--pp", "1",
+           "-m", "ranksight.reference_trainer.train", "--dp", str(shape["dp"]), "--tp", str(shape["tp"]), "--pp", "1",
            "--steps", str(steps), "--run-id", run_id, "--hooks", "default", "--log-every", "1",
            "--inject", inject, *MODEL]  # fmt: skip
     env = {**os.environ, "RANKSIGHT_SPOOL_DIR": spool, "RANKSIGHT_RUN_ID": run_id,
@@ -99,12 +107,12 @@ def _last_step(log_path: str) -> int | None:
     return int(steps[-1]) if steps else None
 
 
-def run_one(name: str, inject: str, work: str, spool: str, fr_prefix: str) -> dict:
+def run_one(name: str, inject: str, shape: dict, work: str, spool: str, fr_prefix: str) -> dict:
     """One scenario's job; returns its row (run id, exit code, wall time, notes)."""
     run_id = f"gpu2-{name}-{int(time.time())}"
     log_path = os.path.join(work, f"{name}.log")
     steps = CONTENTION_STEPS if name == "gpu_contention" else STEPS
-    cmd, env = _job(run_id, inject, spool, fr_prefix, steps)
+    cmd, env = _job(run_id, inject, spool, fr_prefix, steps, shape)
     t0 = time.monotonic()
     contender, note = None, ""
     go = os.path.join(work, f"{name}.go")
@@ -138,7 +146,7 @@ def run_one(name: str, inject: str, work: str, spool: str, fr_prefix: str) -> di
         contender.wait()
     row = {"scenario": name, "inject": inject, "run_id": run_id, "job_rc": job.returncode,
            "wall_s": round(time.monotonic() - t0, 1), "last_step": _last_step(log_path),
-           "note": note, "log": os.path.basename(log_path)}  # fmt: skip
+           "note": note, "log": os.path.basename(log_path), "shape": shape}  # fmt: skip
     print(json.dumps(row), flush=True)
     return row
 
@@ -158,10 +166,10 @@ def record(a: argparse.Namespace) -> None:
     collection.start()
     rows = []
     try:
-        for name, inject in SCENARIOS:
+        for name, inject, shape in SCENARIOS:
             if a.only and name not in a.only.split(","):
                 continue
-            rows.append(run_one(name, inject, work, spool, fr_prefix))
+            rows.append(run_one(name, inject, shape, work, spool, fr_prefix))
             time.sleep(3)
     finally:
         time.sleep(12)  # two Flight Recorder polls: a dump must be stable before it is taken
@@ -174,13 +182,13 @@ def record(a: argparse.Namespace) -> None:
         json.dump(rows, f, indent=1)
 
 
-def _expected(name: str, inject: str):
+def _expected(name: str, inject: str, shape: dict):
     from ranksight.faultmatrix import Expectation, expectation
     from ranksight.reference_trainer.faults import faults_ground_truth, parse_faults
 
     if name == "gpu_contention":
         return Expectation("straggler", "gpu_contention", frozenset({1}), CONTENTION_FROM)
-    return expectation(faults_ground_truth(parse_faults([inject]), SHAPE), SHAPE)
+    return expectation(faults_ground_truth(parse_faults([inject]), shape), shape)
 
 
 def score_all(a: argparse.Namespace) -> None:
@@ -205,7 +213,7 @@ def score_all(a: argparse.Namespace) -> None:
         if row["job_rc"] not in (0, None):
             record_failures(store, row["run_id"], os.path.join(a.work, row["log"]))
         found = [asdict(f) for f in analyze(store, row["run_id"]).findings]
-        e = _expected(row["scenario"], row["inject"])
+        e = _expected(row["scenario"], row["inject"], row.get("shape", DP2))
         s = score(found, e)
         out.append({**row, "expected": e.label, "found": s.found, "verdict": s.verdict,
                     "false_findings": list(s.false_findings), "findings": found})  # fmt: skip

@@ -310,3 +310,44 @@ def test_a_phase_the_device_never_finished_leaves_at_close_with_its_host_times()
     phase, coll = h.out
     assert phase["phase"] == "backward" and phase["end_ns"] >= phase["start_ns"] > 0
     assert coll is op and coll["end_ns"] == 0
+
+
+def test_a_phases_device_wait_is_the_device_time_of_collectives_waited_on_inside_it():
+    """A TP peer of a slow rank spends its forward's device span waiting in the NCCL
+    all_reduce: that time is the phase's wait (as a CPU rank's blocked host time is), so
+    its compute is not taken for slow. A collective waited on before the phase began
+    does not count; the wait never exceeds the span."""
+    from ranksight.trainer_hooks.hooks import _Phase
+
+    cuda = FakeCuda()
+    h = _HooksStandIn(None)
+    timer = DeviceTimer(h._put, DeviceClock(cuda), prealloc=0)
+    h._device = timer
+    b = timer.clock.anchor.t
+    ms = 1_000_000
+    before = {"op": "all_reduce", "start_ns": 1, "end_ns": 2}
+    inside = {"op": "all_reduce", "start_ns": 3, "end_ns": 4}
+    cuda.next_at += [b, b + 50 * ms]  # before the phase: 50 ms
+    timer.start(before)
+    timer.end(before)
+    cuda.next_at += [b + 100 * ms, b + 105 * ms, b + 135 * ms, b + 140 * ms]
+    with _Phase(h, "forward", 0, 0):
+        timer.start(inside)  # issued at 105 ms, the peer arrives late: done at 135 ms
+        timer.end(inside)
+    for _, start, end in timer._pending:
+        cuda.done.update({id(start), id(end)})
+    assert timer.resolve() == 3
+    phase = h.out[-1]
+    assert phase["phase"] == "forward" and "_coll_ns0" not in phase
+    assert phase["end_ns"] - phase["start_ns"] == 40 * ms
+    assert phase["wait_ns"] == 30 * ms  # the inside all_reduce only
+    # a collective longer than the phase (overlapping compute on NCCL's stream)
+    long = {"op": "all_reduce", "start_ns": 5, "end_ns": 6}
+    cuda.next_at += [b + 200 * ms, b + 201 * ms, b + 300 * ms, b + 210 * ms]
+    with _Phase(h, "backward", 0, 0):
+        timer.start(long)
+        timer.end(long)
+    for _, start, end in timer._pending:
+        cuda.done.update({id(start), id(end)})
+    timer.resolve()
+    assert h.out[-1]["phase"] == "backward" and h.out[-1]["wait_ns"] == 10 * ms  # its span

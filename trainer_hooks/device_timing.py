@@ -105,6 +105,14 @@ class DeviceTimer:
         """Records emitted with host times only (no end event, or over ``max_pending``)."""
         self._starts: dict[int, Any] = {}
         self._pending: collections.deque[tuple[dict[str, Any], Any, Any]] = collections.deque()
+        self._queued = 0
+        """Records queued by :meth:`end` so far (training thread, under the lock)."""
+        self._popped = 0
+        """Records taken off the queue so far (resolver thread)."""
+        self._coll_ns = 0
+        """Device time of the collectives resolved so far (ns)."""
+        self._marks: collections.deque[tuple[int, dict[str, Any]]] = collections.deque()
+        """Phases begun: (records queued when they began, their record)."""
         self._lock = threading.Lock()
         self._event_type = type(self.cuda.Event(enable_timing=True))
         self._free: collections.deque[Any] = collections.deque()
@@ -137,6 +145,16 @@ class DeviceTimer:
         if len(self._starts) > self.max_pending:  # never ended: forget the oldest
             self._starts.pop(next(iter(self._starts)))
 
+    def start_phase(self, rec: dict[str, Any]) -> None:
+        """:meth:`start` for a phase: also notes where it begins among the queued
+        records, so that its resolution knows the device time of the collectives waited
+        on inside it (the records queued between its start and its end)."""
+        self.start(rec)
+        with self._lock:
+            self._marks.append((self._queued, rec))
+            if len(self._marks) > self.max_pending:
+                self._marks.popleft()
+
     def has_start(self, rec: dict[str, Any]) -> bool:
         """Whether ``rec`` has a start event waiting for its end."""
         return id(rec) in self._starts
@@ -159,9 +177,12 @@ class DeviceTimer:
         with self._lock:
             if len(self._pending) >= self.max_pending:
                 old, _, _ = self._pending.popleft()
+                self._popped += 1
             self._pending.append((rec, start, ev))
+            self._queued += 1
         if old is not None:
             self.unresolved += 1
+            old.pop("_coll_ns0", None)
             self.emit(old)
         return True
 
@@ -175,6 +196,8 @@ class DeviceTimer:
                 if not pending or not _done(pending[0][1], pending[0][2]):
                     break
                 rec, start, end = pending.popleft()
+                self._mark_phases()
+                self._popped += 1
             try:
                 rec["start_ns"] = self.clock.to_ns(start)
                 if isinstance(end, self._event_type):
@@ -183,14 +206,38 @@ class DeviceTimer:
                 else:  # the Work's own device duration (ms)
                     rec["end_ns"] = rec["start_ns"] + int(end._get_duration() * 1e6)
                 self._reuse(start)
+                self._device_wait(rec)
                 self.resolved += 1
                 if self.on_resolved is not None:
                     self.on_resolved(rec)
             except RuntimeError:  # an event from a stream that was destroyed
                 self.unresolved += 1
+            rec.pop("_coll_ns0", None)  # bookkeeping, not a field
             self.emit(rec)
             n += 1
         return n
+
+    def _mark_phases(self) -> None:
+        """(Under the lock, before the next record is taken off.) Phases that began
+        before it note the collectives' device time so far."""
+        while self._marks and self._marks[0][0] <= self._popped:
+            _, rec = self._marks.popleft()
+            rec["_coll_ns0"] = self._coll_ns
+
+    def _device_wait(self, rec: dict[str, Any]) -> None:
+        """A resolved collective adds its device time to the running total; a resolved
+        phase's ``wait_ns`` becomes the device time of the collectives waited on inside
+        it (NCCL kernels wait for the last peer: a victim's span holds its wait, as a CPU
+        rank's blocked host time does), at least its host ``wait_ns`` and at most its
+        span."""
+        if "op" in rec:
+            self._coll_ns += max(0, rec["end_ns"] - rec["start_ns"])
+            return
+        start_total = rec.pop("_coll_ns0", None)
+        if start_total is None or "wait_ns" not in rec:
+            return
+        span = max(0, rec["end_ns"] - rec["start_ns"])
+        rec["wait_ns"] = min(span, max(int(rec["wait_ns"]), self._coll_ns - start_total))
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_s):
@@ -229,6 +276,7 @@ class DeviceTimer:
                 finished = False
             if not finished and "op" in rec:  # a collective the device never finished
                 rec["end_ns"] = 0  # (a hang, a dead peer); a phase keeps its host times
+            rec.pop("_coll_ns0", None)  # bookkeeping, not a field
             self.emit(rec)
 
 

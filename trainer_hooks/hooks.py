@@ -116,7 +116,7 @@ class _Phase:
         if h._device is not None and self._name in DEVICE_PHASES:
             try:
                 rec: dict[str, Any] = {}
-                h._device.start(rec)
+                h._device.start_phase(rec)
                 self._rec = rec
             except Exception:  # noqa: BLE001 - host times then; never the job's error
                 h._device_errors += 1
