@@ -44,6 +44,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from gpu_session import job_env  # noqa: E402  (hooks on, Flight Recorder on, NVLS off)
+
 DP2 = {"dp": 2, "tp": 1, "pp": 1}
 TP2 = {"dp": 1, "tp": 2, "pp": 1}
 STEPS = 24
@@ -92,12 +94,9 @@ def _job(
            "-m", "ranksight.reference_trainer.train", "--dp", str(shape["dp"]), "--tp", str(shape["tp"]), "--pp", "1",
            "--steps", str(steps), "--run-id", run_id, "--hooks", "default", "--log-every", "1",
            "--inject", inject, *MODEL]  # fmt: skip
-    env = {**os.environ, "RANKSIGHT_SPOOL_DIR": spool, "RANKSIGHT_RUN_ID": run_id,
-           "RANKSIGHT_LEVEL": "default", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
-           "TORCH_NCCL_ENABLE_TIMING": "1", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-           "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": fr_prefix, "TORCH_FR_DUMP_TEMP_FILE": fr_prefix,
-           "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-           "NVSHMEM_DISABLE_NVLS": "1", "OMP_NUM_THREADS": "4"}  # fmt: skip
+    env = job_env(spool, run_id, {"TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "OMP_NUM_THREADS": "4",
+                                  "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": fr_prefix,
+                                  "TORCH_FR_DUMP_TEMP_FILE": fr_prefix})  # fmt: skip
     return cmd, env
 
 
