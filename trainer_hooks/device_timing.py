@@ -182,8 +182,7 @@ class DeviceTimer:
             self._queued += 1
         if old is not None:
             self.unresolved += 1
-            old.pop("_coll_ns0", None)
-            self.emit(old)
+            self._emit(old)
         return True
 
     # ------------------------------------------------------------------ resolver thread
@@ -212,10 +211,14 @@ class DeviceTimer:
                     self.on_resolved(rec)
             except RuntimeError:  # an event from a stream that was destroyed
                 self.unresolved += 1
-            rec.pop("_coll_ns0", None)  # bookkeeping, not a field
-            self.emit(rec)
+            self._emit(rec)
             n += 1
         return n
+
+    def _emit(self, rec: dict[str, Any]) -> None:
+        """Hand ``rec`` on without the timer's own bookkeeping (a phase's ``_coll_ns0``)."""
+        rec.pop("_coll_ns0", None)
+        self.emit(rec)
 
     def _mark_phases(self) -> None:
         """(Under the lock, before the next record is taken off.) Phases that began
@@ -276,8 +279,7 @@ class DeviceTimer:
                 finished = False
             if not finished and "op" in rec:  # a collective the device never finished
                 rec["end_ns"] = 0  # (a hang, a dead peer); a phase keeps its host times
-            rec.pop("_coll_ns0", None)  # bookkeeping, not a field
-            self.emit(rec)
+            self._emit(rec)
 
 
 def current_stream_recorder(cuda: Any) -> Callable[[Any], None]:

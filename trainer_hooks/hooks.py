@@ -88,20 +88,19 @@ DEVICE_PHASES = frozenset({"forward", "backward", "optimizer"})
 a script makes up) are host work: a start event would complete only once the GPU had
 drained what was queued before, and hide a data-loader stall shorter than that. A device
 span includes the time the phase's stream waited for collectives inside it (a TP
-all_reduce waiting for a slow peer), which the host's ``wait_ns`` does not count; the
-analyzer's wait analysis tells such victims from the culprit."""
+all_reduce waiting for a slow peer): its ``wait_ns`` is then their device time
+(``DeviceTimer._device_wait`` in :mod:`.device_timing`)."""
 
 
 class _Phase:
     """Context manager timing one phase; blocked collective time inside is its wait_ns.
 
     On a CUDA rank (device timing on) a compute phase (:data:`DEVICE_PHASES`) also gets
-    CUDA events on the current
-    stream at enter and exit, and its record carries the device's times: a GPU slowed
-    by another process, throttled clocks or slow kernels shows in its compute phases,
-    which the host, running ahead of the device, does not see (MegaScale, NSDI 2024, 4.1:
-    CUDA events around critical segments). The record then leaves once the resolver
-    thread has read the events."""
+    CUDA events on the current stream at enter and exit, and its record carries the
+    device's times: a GPU slowed by another process, throttled clocks or slow kernels
+    shows in its compute phases, which the host, running ahead of the device, does not
+    see (MegaScale, NSDI 2024, 4.1: CUDA events around critical segments). The record
+    then leaves once the resolver thread has read the events."""
 
     __slots__ = ("_hooks", "_name", "_microbatch", "_stage", "_t0", "_w0", "_rec")
 
