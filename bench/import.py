@@ -2,7 +2,7 @@
 
 Builds N rank traces of about SIZE MB each (uncompressed JSON, in a temporary folder
 under /tmp, removed at the end unless ``--keep``) by repeating a real trace's events
-(``../shared/realdata/kineto_hta/nccl_parser_config_nccl_data.json.gz``: an 8-GPU
+(``tests/data/realdata/kineto_hta/nccl_parser_config_nccl_data.json.gz``: an 8-GPU
 training step's CPU ops, CUDA runtime calls, kernels, NCCL kernels with their metadata,
 memcpys and flow events), each copy shifted in time past the previous one and renamed to
 its own ``ProfilerStep#``, each rank shifted by a few microseconds. Then, each in a child
@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 
-SRC = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "realdata", "kineto_hta",
+SRC = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "realdata", "kineto_hta",
                    "nccl_parser_config_nccl_data.json.gz")  # fmt: skip
 
 

@@ -1,4 +1,5 @@
-"""Where the tests find ``shared/realdata`` (CI puts a copy of shared/ beside the checkout)."""
+"""Where the tests find the real artifacts: ``tests/data/realdata`` (see its MANIFEST.md
+for each one's source, license and right answer)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,13 @@ import os
 
 import pytest
 
-REALDATA = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "realdata"
-)
+REALDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "realdata")
 
 
 def realdata(*parts: str) -> str:
-    """The path of a real artifact; fails the test, naming it, if it is missing."""
+    """The path of a real artifact under ``tests/data/realdata``; fails the test, naming
+    it, if it is missing (a checkout without its test data)."""
     path = os.path.join(REALDATA, *parts)
     if not os.path.exists(path):
-        pytest.fail(
-            f"{path} is missing: CI puts a copy of shared/ beside the checkout", pytrace=False
-        )
+        pytest.fail(f"{path} is missing from the checkout's test data", pytrace=False)
     return path

@@ -1,5 +1,5 @@
 """The Flight Recorder reader and ingest on real dumps: NCCL on 2x H200 and gloo here
-(tests/data/fr), and schema 2.9 dumps of a 16-rank run (../shared/realdata)."""
+(tests/data/fr), and schema 2.9 dumps of a 16-rank run (tests/data/realdata)."""
 
 from __future__ import annotations
 

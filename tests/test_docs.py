@@ -21,3 +21,48 @@ def test_readme_install_gets_torch_first_in_the_range_pyproject_requires():
     cpu = f'pip install "{torch}" --index-url https://download.pytorch.org/whl/cpu'
     assert cpu in install
     assert install.index(cpu) < install.index("pip install -e .")
+
+
+def _source_files() -> list[str]:
+    """Paths (relative to the checkout) of its code, docs and scripts; hidden folders,
+    test data and test artifacts left out."""
+    out = []
+    for root, dirs, files in os.walk(ROOT):
+        rel_root = os.path.relpath(root, ROOT)
+        dirs[:] = [
+            d for d in dirs
+            if not d.startswith(".") and d != "__pycache__" and not d.endswith(".egg-info")
+            and os.path.join(rel_root, d) not in ("tests/data", "tests/artifacts")
+        ]  # fmt: skip
+        out += [os.path.normpath(os.path.join(rel_root, f)) for f in files]
+    ci = os.path.join(ROOT, ".ci")
+    return out + [os.path.join(".ci", f) for f in os.listdir(ci)] if os.path.isdir(ci) else out
+
+
+def test_nothing_reads_a_folder_beside_the_checkout():
+    """The tests, benchmarks and docs read their real artifacts from tests/data: a clone
+    has no ``shared/`` beside it."""
+    beside = ("../shared", '"..", "..", "shared"', "'..', '..', 'shared'")
+    hits = []
+    for rel in _source_files():
+        if rel == "tests/test_docs.py":  # the patterns themselves
+            continue
+        if not rel.endswith((".py", ".md", ".sh", ".toml", ".yaml", ".yml")) and not (
+            rel.startswith(".ci/")
+        ):
+            continue
+        with open(os.path.join(ROOT, rel), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        hits += [f"{rel}: {b}" for b in beside if b in text]
+    assert not hits
+
+
+def test_every_real_artifact_keeps_its_provenance():
+    """Each folder of tests/data/realdata has its MANIFEST entry (source and license)."""
+    base = os.path.join(ROOT, "tests", "data", "realdata")
+    with open(os.path.join(base, "MANIFEST.md")) as f:
+        manifest = f.read()
+    folders = sorted(d for d in os.listdir(base) if os.path.isdir(os.path.join(base, d)))
+    assert folders
+    for d in folders:
+        assert f"## {d}/" in manifest, d

@@ -1,4 +1,4 @@
-"""``ranksight import`` on real artifacts (../shared/realdata, see its MANIFEST.md) and on
+"""``ranksight import`` on real artifacts (tests/data/realdata, see its MANIFEST.md) and on
 dumps and traces of real gloo runs here (tests/data/import): the report's culprit and
 cause must be the known answer."""
 
