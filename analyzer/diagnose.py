@@ -17,6 +17,7 @@ from .hang import find_hang
 from .hang_finding import hang_finding
 from .imbalance import imbalance_findings
 from .imported import is_imported, postmortem, replay_impacts
+from .log_evidence import log_findings
 from .more_findings import desync_findings, nan_findings, slow_comm_findings
 from .queries import RunData
 from .replay_impact import straggler_impacts
@@ -119,11 +120,12 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
     cfg = cfg or StragglerConfig()
     notes: list[str] = []
     imported = is_imported(data.run)
-    if imported and not data.ranks.empty and data.steps.empty:
+    if imported and data.steps.empty and not (data.ranks.empty and data.log_events.empty):
         coords = _coords(data.ranks)
         findings, notes = postmortem(data, coords)
         findings = desync_findings(data.mismatches, coords, data.usual) + findings
-        return Analysis(data.run_id, data.attempt, findings, 0, 0.0, notes)
+        logged, more = log_findings(data.log_events, coords)
+        return Analysis(data.run_id, data.attempt, logged + findings, 0, 0.0, notes + more)
     if data.ranks.empty or data.steps.empty:
         notes.append("no step records in the analyzed steps: nothing to analyze")
         return Analysis(data.run_id, data.attempt, [], 0, 0.0, notes)

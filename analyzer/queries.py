@@ -166,6 +166,14 @@ FROM stacks WHERE {_RUN} AND ok = 1
 GROUP BY rank ORDER BY rank
 """
 
+LOG_EVENTS = f"""
+SELECT kind, rank, local_rank, group_rank, host, pid, file, line, pg, pg_name, seq, op,
+       numel_in, numel_out, enqueued, completed, peer, code, detail, count, text
+FROM log_events WHERE {_RUN}
+ORDER BY file, line
+"""
+"""What an imported job's text logs said (``analyzer/log_evidence`` reads it)."""
+
 OPS_PHASES = f"""
 SELECT rank, step, phase, microbatch, stage, start_ns, end_ns, wait_ns
 FROM phases WHERE {_RUN}
@@ -222,6 +230,8 @@ class RunData:
     """How ranks ended (``crash.ENDS``: rank_ends rows from the hooks and the launcher)."""
     crash_stacks: pd.DataFrame = field(default_factory=pd.DataFrame)
     """Python stacks written on a fatal signal: rank, crash_stack (``crash.CRASH_STACKS``)."""
+    log_events: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """What an imported job's text logs said (``LOG_EVENTS``); empty for a hooked run."""
     fetch_ops: Callable[[], tuple[pd.DataFrame, pd.DataFrame]] | None = None
     """Loads the raw ``(phases, collectives)`` rows for the what-if replay (``whatif.py``);
     None where not available."""
@@ -340,6 +350,7 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
             lambda sql, q: _optional(store, sql, q), hosts, t0, t1
         ),
         crash_stacks=_optional(store, crash.CRASH_STACKS, p),
+        log_events=_optional(store, LOG_EVENTS, p),
         fetch_ops=lambda: (_query(store, OPS_PHASES, p), _query(store, OPS_COLLECTIVES, p)),
         fetch_gpu=lambda ranks, wanted, since, until: gpu_causes.fetch_gpu_tables(
             lambda sql, q: _optional(store, sql, q), p, ranks, wanted, since, until

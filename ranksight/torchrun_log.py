@@ -31,13 +31,15 @@ import time
 
 _ENTRY = re.compile(
     r"\[(\d+)\]:\s*\n\s*time\s*:\s*(\S+)\s*\n\s*host\s*:\s*(\S+)\s*\n\s*rank\s*:\s*(\d+)"
+    r"(?:\s*\(local_rank:\s*(\d+)\))?"
     r"[^\n]*\n\s*exitcode\s*:\s*(-?\d+)(?:\s*\(pid:\s*(\d+)\))?[^\n]*"
 )
 
 
 def torchrun_failures(text: str) -> list[dict]:
     """Every failure in torchrun's summary within ``text`` (a job's combined log), root
-    cause first: ``{"rank", "exitcode", "pid", "host", "time", "root_cause"}``. Empty when
+    cause first: ``{"rank", "local_rank", "exitcode", "pid", "host", "time",
+    "root_cause"}`` (``local_rank`` -1 where the summary does not give it). Empty when
     the text has no summary."""
     root = text.rfind("Root Cause")
     start = text.rfind("Failures:", 0, root if root >= 0 else len(text))
@@ -55,8 +57,9 @@ def torchrun_failures(text: str) -> list[dict]:
             out.append(
                 {
                     "rank": rank,
-                    "exitcode": int(m.group(5)),
-                    "pid": int(m.group(6) or 0),
+                    "local_rank": int(m.group(5)) if m.group(5) else -1,
+                    "exitcode": int(m.group(6)),
+                    "pid": int(m.group(7) or 0),
                     "host": m.group(3),
                     "time": m.group(2),
                     "root_cause": is_root,

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Version of the table layout below; stored in the ``schema_version`` table.
 1: the first tables. 2: ``batch_id`` on the agent-shipped tables; the ``progress``,
 ``agent_stats``, ``clock_offsets`` and collector tables (added by ``store/migrate.py``).
 3: ``rank_ends``; ``proc_samples.run_delay_ns``. 4: ``rank_step_summary``.
-5: ``steps.grad_norm``, ``steps.gpu_mem_allocated_bytes``, ``steps.gpu_mem_reserved_bytes``."""
+5: ``steps.grad_norm``, ``steps.gpu_mem_allocated_bytes``, ``steps.gpu_mem_reserved_bytes``.
+6: ``log_events``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +216,37 @@ RANK_ENDS = Table(
 close, an uncaught exception, a SIGTERM from the launcher, interpreter exit) and the
 launcher's exit codes. A rank killed outright (SIGKILL, os._exit, a segfault, the OOM
 killer) leaves no hooks row: its records simply stop (analyzer/crash.py)."""
+
+LOG_EVENTS = Table(
+    "log_events",
+    _RUN
+    + (
+        ("kind", "String"),  # timeout | status | desync_report | mismatch | child_failed | ...
+        ("rank", "Int32"),  # global rank where the line says it, else -1
+        ("local_rank", "Int32"),
+        ("group_rank", "Int32"),  # the rank inside ``pg`` ([PG 1 Rank 3]), else -1
+        ("host", "String"),
+        ("pid", "Int64"),
+        ("file", "String"),
+        ("line", "UInt32"),
+        ("pg", "String"),  # process group uid / GUID, communicator, as the line names it
+        ("pg_name", "String"),
+        ("seq", "Int64"),
+        ("op", "String"),
+        ("numel_in", "Int64"),
+        ("numel_out", "Int64"),
+        ("enqueued", "Int64"),
+        ("completed", "Int64"),
+        ("peer", "Int32"),
+        ("code", "Int64"),  # exit code, XID, timeout (ms), a size
+        ("detail", "String"),  # JSON object
+        ("count", "UInt32"),  # identical lines this row stands for
+        ("text", "String"),  # the line, cut to 400 characters
+    ),
+    order_by=("run_id", "attempt", "kind", "rank"),
+)
+"""What the text logs of an imported job say, one row per observation
+(``ranksight/importer/logs``): the evidence the analyzer's log reasoning reads."""
 
 FINDINGS = Table(
     "findings",
@@ -589,6 +621,7 @@ TABLES: dict[str, Table] = {
         HOOK_STATS,
         PROGRESS,
         RANK_ENDS,
+        LOG_EVENTS,
         FINDINGS,
         CLOCK_OFFSETS,
         RANK_STEP_SUMMARY,

@@ -65,13 +65,14 @@ def parse_ranks(text: str) -> list[int]:
 _RANK_PATTERNS = (
     re.compile(r"rank[_\-]?(\d+)", re.I),
     re.compile(r"_dump_(\d+)$"),
-    re.compile(r"(\d+)$"),
+    re.compile(r"(?:worker|proc|process|trace|dump)[_\-]?(\d+)$", re.I),
 )
 
 
 def rank_from_path(path: str) -> int | None:
     """A rank number in a file name: ``rank3.log``, ``trace_rank-1.json.gz``,
-    ``nccl_trace_rank_3``, ``_dump_12``, ``worker7.txt`` -> 3, 1, 3, 12, 7; else None."""
+    ``nccl_trace_rank_3``, ``_dump_12``, ``worker7.txt`` -> 3, 1, 3, 12, 7; else None
+    (``part1.log``, ``console2.txt``: a number that names no rank)."""
     name = path.replace("\\", "/").rsplit("/", 1)[-1]
     stem = name
     while True:

@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass, field
 from ranksight.collectors.base import frame
 from ranksight.store import Store
 from ranksight.words import counted
+from ranksight.words import span as _span
 
-from . import fr, kineto, merge, nccl_debug, pyspy, sources, watchdog, wia
+from . import fr, kineto, logs, merge, pyspy, sources, wia
 from .rows import Rows, rank_from_path
 
 _BYTES_PER_ROW = 600
@@ -150,10 +151,13 @@ class _State:
     def __init__(self, cfg: ImportConfig, writer: _Writer, ts_ns: int, on_progress) -> None:
         self.cfg, self.writer, self.ts_ns, self.on_progress = cfg, writer, ts_ns, on_progress
         self.rows = Rows()
-        self.watchdog: list[watchdog.RankLog] = []
-        self.nccl: list[nccl_debug.RankLog] = []
+        self.log_events: list[logs.Event] = []
+        """What the text logs and py-spy dumps said (``log_events`` rows, :mod:`.logs`)."""
+        self.silent_logs: list[logs.Event] = []
+        """Presence of ranks whose text said nothing else: kept when other logs speak."""
+        self.shown = ""
+        """How messages name the file being read."""
         self.kineto: list[kineto.KinetoRank] = []
-        self.silent: list[tuple[int | None, FileResult]] = []
         self.seen: dict[tuple[str, int], str] = {}
         self.fr_unknown = Rows()
         self.fr_coll: list[dict] = []
@@ -172,6 +176,8 @@ class _State:
         self.done = 0
         self.total = 0
         self.ranks: dict[int, dict] = {}
+        self.fault_lines = 0
+        """Log lines that say the job failed (a timeout, a failed rank, a GPU error)."""
         self.tmp = tempfile.gettempdir()
         """Folder for spilled trace data (the import's temporary folder)."""
 
@@ -186,9 +192,10 @@ class _State:
         rank = rank_from_path(art.path)
         size = os.path.getsize(art.path)
         self._mark(art.kind)
+        self.shown = art.name
         try:
             message, rank = getattr(self, "_" + art.kind)(art.path, rank)
-            if rank is not None and art.kind != "rank_log":
+            if rank is not None and art.kind not in ("text_log", "pyspy"):
                 first = self.seen.setdefault((art.kind, rank), art.name)
                 if first != art.name:
                     self._drop_last(art.kind)
@@ -201,9 +208,8 @@ class _State:
             return FileResult(art.name, art.kind, False, f"{art.kind}: {exc}", rank)
         if art.kind != "kineto":
             self.progress(size, art.path)
-        if art.kind == "rank_log":
-            self.silent.append((rank, FileResult(art.name, None, True, message, rank)))
-            return self.silent[-1][1]
+        if message.startswith("skipped: "):
+            return FileResult(art.name, None, True, message, rank)
         self.kinds.add(art.kind)
         if self.rows.count() > self.cfg.max_rows:
             self._flush()
@@ -211,7 +217,6 @@ class _State:
 
     def _mark(self, kind: str) -> None:
         self.marks[kind] = {t: len(r) for t, r in self.rows.tables.items()}
-        self.marks[kind]["__lists__"] = len(self.watchdog) + len(self.nccl) + len(self.kineto)
         self.marks[kind]["__fr_coll__"] = len(self.fr_coll)
 
     def _drop_last(self, kind: str) -> None:
@@ -220,12 +225,8 @@ class _State:
         for t, rows in self.rows.tables.items():
             del rows[mark.get(t, 0) :]
         del self.fr_coll[mark.get("__fr_coll__", 0) :]
-        for lst in (self.watchdog, self.nccl, self.kineto):
-            if lst and kind in ("watchdog", "nccl_debug", "kineto") and lst is self._list(kind):
-                lst.pop()
-
-    def _list(self, kind: str) -> list:
-        return {"watchdog": self.watchdog, "nccl_debug": self.nccl, "kineto": self.kineto}[kind]
+        if kind == "kineto" and self.kineto:
+            self.kineto.pop()
 
     def _flush(self) -> None:
         for r in self.rows.tables.get("ranks", []):
@@ -276,31 +277,28 @@ class _State:
         note = f"schema {dump.version or '?'}, {counted(len(dump.entries), 'entry', 'entries')}"
         return (f"{note}: {problems}" if problems else note), dump.rank
 
-    def _watchdog(self, path: str, rank: int | None) -> tuple[str, int | None]:
-        log = watchdog.read(path, rank)
-        if log.rank is None:
-            raise ValueError("no rank in the file name or the lines")
-        self.watchdog.append(log)
-        ops = ", ".join(f"{t['op']} #{t['seq']}" for t in log.timeouts) or "no timeout line"
-        return f"watchdog: {ops}", log.rank
-
-    def _rank_log(self, path: str, rank: int | None) -> tuple[str, int | None]:
-        return "skipped: text with no watchdog, NCCL or py-spy lines", rank
-
-    def _nccl_debug(self, path: str, rank: int | None) -> tuple[str, int | None]:
-        log = nccl_debug.read(path, rank)
-        if log.rank is None:
-            raise ValueError("no rank in the file name or an init line")
-        self.nccl.append(log)
-        calls = sum(len(c) for c in log.calls.values())
-        return (
-            f"{counted(calls, 'collective call')} on {counted(len(log.calls), 'communicator')}",
-            log.rank,
+    def _text_log(self, path: str, rank: int | None) -> tuple[str, int | None]:
+        events = logs.read_file(path, self.shown)
+        named = sorted({e.rank for e in events if e.rank >= 0})
+        if not named and rank is not None:  # lines name no rank: the file name may
+            for e in events:
+                e.rank = rank if e.rank < 0 and e.kind != "child_failed" else e.rank
+            events.insert(0, logs.Event("present", rank=rank, file=self.shown,
+                                        detail={"source": "file name"}))  # fmt: skip
+            named = [rank]
+        if not logs.says_something(events):
+            self.silent_logs.extend(events)
+            return "skipped: text with no watchdog, NCCL, torchrun, GPU or py-spy lines", (
+                named[0] if len(named) == 1 else None
+            )
+        self.log_events.extend(events)
+        kinds = sorted({e.kind for e in events if e.kind not in ("present", "world")})
+        who = f"ranks {_span(named)}" if len(named) > 1 else ""
+        return f"log: {', '.join(kinds)}" + (f" ({who})" if who else ""), (
+            named[0] if len(named) == 1 else None
         )
 
     def _pyspy(self, path: str, rank: int | None) -> tuple[str, int | None]:
-        if rank is None:
-            raise ValueError("no rank in the file name")
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
         pid, threads = (
@@ -308,6 +306,9 @@ class _State:
             if text.lstrip().startswith(("[", "{"))
             else pyspy.parse_text(text)
         )
+        self.log_events.append(pyspy.event_of(rank, pid, threads, self.shown))
+        if rank is None:
+            return counted(len(threads), "thread") + ": no rank in the file name", None
         self.rows.add("stacks", pyspy.row_of(rank, pid, threads, self.cfg.host, self.ts_ns))
         self.rows.add("ranks", {"rank": rank, "pid": pid, "dp": -1, "tp": -1, "pp": -1})
         return counted(len(threads), "thread"), rank
@@ -338,23 +339,22 @@ class _State:
         )
 
     def finish(self, result: ImportResult) -> None:
-        timed_out = {lg.rank for lg in self.watchdog}
-        for rank, res in self.silent if self.watchdog else []:
-            if rank is not None and rank not in timed_out:
-                self.watchdog.append(watchdog.RankLog(rank))
-                res.kind, res.message = (
-                    "watchdog",
-                    "no watchdog line: this rank reported no timeout",
-                )
+        if self.log_events:
+            events = self.log_events + self.silent_logs
+            self.rows.extend("log_events", [e.row() for e in events])
+            seen = sorted({e.rank for e in events if e.rank >= 0})
+            said = [e.code for e in events if e.kind == "world" and e.code > 0]
+            world = max(said + [seen[-1] + 1 if seen else 0])
+            for r in seen:
+                self.rows.add("ranks", {"rank": r, "world_size": world, "dp": -1, "tp": -1, "pp": -1})
+            self.fault_lines = sum(e.count for e in events if e.kind in logs.FAULT_KINDS)
+            notes = {str(e.rank): e.detail["notes"] for e in events if e.kind == "nccl_info"}
+            if notes:
+                result.meta["nccl_notes"] = notes
         if self.fr_unknown.count():
             fr.fill_members(self.fr_unknown, sorted(self.fr_ranks))
             self.fr_coll.extend(self.fr_unknown.tables.pop("collectives", []))
             self.rows.merge(self.fr_unknown)
-        if self.watchdog:
-            self.rows.merge(watchdog.rows_of(self.watchdog, self.ts_ns))
-        if self.nccl:
-            self.rows.merge(nccl_debug.rows_of(self.nccl, self.ts_ns))
-            result.meta["nccl_notes"] = {str(lg.rank): lg.notes[:10] for lg in self.nccl}
         if self.kineto:
             result.meta["comm_time_by_op"] = kineto.comm_time_by_op(self.kineto)
             everyone = sorted({t.rank for t in self.kineto if t.rank is not None})
@@ -398,7 +398,7 @@ def _write_run(store: Store, result: ImportResult, state: _State, started: int) 
     # The run failed where a watchdog timed a collective out (NCCL then tears the process
     # down); dumps and stacks alone may come from a healthy job. A hang is the analyzer's
     # finding either way (the Runs page shows a run with one as hung).
-    failed = any(log.timeouts for log in state.watchdog)
+    failed = state.fault_lines > 0
     mesh = state.mesh
     result.meta.update(
         source="import",

@@ -9,11 +9,12 @@ flight_recorder    a pickle (protocol byte 0x80), or JSON with ``entries`` and
 kineto             JSON with a ``traceEvents`` list (``.json`` or ``.json.gz``)
 wia_trace          a parquet file (``PAR1``) with dp_rank, stage, optype, ... columns
 pyspy              ``Thread N (idle|active...)`` lines, or py-spy's ``--json`` list
-watchdog           a ``WorkNCCL(SeqNum=...`` timeout or ``last enqueued ... work`` line
-nccl_debug         ``NCCL INFO`` lines
-rank_log           other text: a rank's log that says nothing of the above; it
-                   counts as that rank's report (it was there, it timed out on
-                   nothing) when other ranks' watchdog logs are imported with it
+text_log           any other text (gzip or not): a console file, a job log, one
+                   rank's log, ``dmesg``; read line by line by every format of
+                   :mod:`.logs` (watchdog, desync reports, torchrun's summary,
+                   NCCL_DEBUG, fr_trace and RAS output, GPU errors). One that
+                   says nothing of these still shows who was there, when other
+                   logs are imported with it
 =================  ============================================================
 
 Archives (tar of any compression, zip) are told by content too, and unpacked. Anything
@@ -34,11 +35,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 
-from . import nccl_debug, watchdog
-
 HEAD = 1 << 16
-TEXT_SCAN = 64 << 20
-"""A text file is scanned up to this many bytes for a watchdog or NCCL line."""
 SIDE_FILES = ("meta",)
 
 
@@ -116,27 +113,8 @@ def sniff(path: str) -> tuple[str | None, str]:
 
 
 def _scan_text(path: str) -> tuple[str | None, str]:
-    """Watchdog or NCCL debug log by its lines (a training log may hold them late)."""
-    nccl = 0
-    seen = 0
-    opener = gzip.open if _is_gz(path) else open
-    try:
-        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                seen += len(line)
-                if "WorkNCCL(" in line or any(m in line for m in watchdog.MARKERS[1:]):
-                    return "watchdog", ""
-                if nccl_debug.MARKER in line:
-                    nccl += 1
-                    if nccl >= 3:
-                        return "nccl_debug", ""
-                if seen > TEXT_SCAN:
-                    break
-    except (OSError, EOFError) as exc:
-        return None, f"cannot read: {exc}"
-    if nccl:
-        return "nccl_debug", ""
-    return "rank_log", "text with no watchdog, NCCL or py-spy lines"
+    """Any other text is a log: what its lines say is read by :mod:`.logs`."""
+    return "text_log", ""
 
 
 def _is_gz(path: str) -> bool:

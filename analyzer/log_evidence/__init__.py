@@ -1,0 +1,52 @@
+"""What an imported job's text logs and stacks say, read as an expert reads them:
+pure functions over the ``log_events`` table (``ranksight/importer/logs`` writes it).
+
+Each detector is one module with ``detect(evidence, coords) -> (findings, notes)``,
+registered in :data:`DETECTORS`. :func:`log_findings` runs them and orders what they
+found: the cause before its consequences (a GPU error or a desync before the hang it
+caused), then by confidence. Every finding carries ``evidence["suspects"]`` (global
+ranks, possibly empty) and stays below 0.7 confidence unless the lines decide it.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from . import calls, crash, desync, hang, hardware, reported, stacks
+from .evidence import Evidence, evidence_of
+
+DETECTORS = (hardware, desync, crash, reported, hang, calls, stacks)
+"""Every log detector, each a module with ``detect``."""
+
+ORDER = ("hardware", "desync", "crash", "hang")
+"""Finding kinds, cause first: the report's first finding is the one to act on."""
+
+
+def log_findings(events: pd.DataFrame, coords: pd.DataFrame) -> tuple[list, list[str]]:
+    """(findings, notes) of a ``log_events`` frame; ``coords``: rank -> dp, tp, pp, host."""
+    if events.empty:
+        return [], []
+    ev = evidence_of(events)
+    findings, notes = [], []
+    for d in DETECTORS:
+        f, n = d.detect(ev, coords)
+        findings += f
+        notes += n
+    if missing := ev.missing():
+        notes.append(f"no line from ranks {_span(missing)} ({ev.world_note()})")
+    return sorted(findings, key=_rank), notes
+
+
+def _rank(f) -> tuple:
+    weak = f.confidence < 0.35  # a weak cause does not lead a strong consequence
+    order = ORDER.index(f.kind) if f.kind in ORDER else len(ORDER)
+    return (weak, order, -f.confidence)
+
+
+def _span(ranks: list[int]) -> str:
+    from ranksight.words import span
+
+    return span(ranks)
+
+
+__all__ = ["DETECTORS", "Evidence", "evidence_of", "log_findings"]

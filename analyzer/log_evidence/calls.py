@@ -1,0 +1,37 @@
+"""NCCL_DEBUG call counts: a rank that issued fewer collectives on a communicator than
+the others, which agree with each other, stopped issuing there.
+
+Counts are compared only where each rank's lines come from a file of its own (a whole
+log), never inside one console excerpt, whose window cuts every rank at another point.
+"""
+
+from __future__ import annotations
+
+from .evidence import Evidence, finding
+
+
+def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
+    """A hang finding for a rank behind on NCCL calls."""
+    c = ev.of("nccl_calls")
+    c = c[c["rank"] >= 0]
+    out, notes = [], []
+    for comm, rows in c.groupby("pg"):
+        if rows["rank"].nunique() < 2:
+            continue
+        if rows["file"].nunique() < rows["rank"].nunique():
+            notes.append(f"NCCL calls on {comm}: several ranks in one file, counts not compared "
+                         "(an excerpt cuts each rank at another line)")  # fmt: skip
+            continue
+        calls = {int(r): int(s) + 1 for r, s in zip(rows["rank"], rows["seq"], strict=True)}
+        top = max(calls.values())
+        behind = sorted(r for r, n in calls.items() if n < top)
+        if not behind or len(behind) * 2 >= len(calls):
+            continue
+        for r in behind:
+            out.append(finding(
+                "hang", "stuck", r, 0.6 if len(behind) == 1 else 0.4,
+                f"hang: rank {r} issued {calls[r]} NCCL calls on {comm}, the others {top}: it "
+                f"stopped issuing at call #{calls[r]}",
+                {"issued": calls[r] - 1, "others_issued": top - 1, "communicator": comm,
+                 "suspects": behind}, coords))  # fmt: skip
+    return out, notes

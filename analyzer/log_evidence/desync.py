@@ -1,0 +1,108 @@
+"""Desyncs in logs: ranks on different collectives at one point of one group.
+
+- ``TORCH_NCCL_DESYNC_DEBUG``'s report names the lagging ranks itself (PyTorch's own
+  analysis of every rank's state): those ranks are the culprits; the ranks it says
+  "joined but didn't finish" are waiting, not at fault.
+- ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` fingerprints: a rank that differs from every other
+  rank it is compared with is the odd one out; two ranks that differ from each other,
+  with no third to side with one, are both suspects.
+- Watchdog timeouts of one ``(group, seq)`` with different ops (or sizes of an op whose
+  size is the same on every rank): the minority is the odd one out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .evidence import Evidence, finding, ranks_text
+
+SAME_SIZE_OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter")
+"""Collectives whose element count is the same on every member (torch.distributed)."""
+
+
+def _reports(ev: Evidence, coords) -> list:
+    rep = ev.of("desync_report")
+    lag = ev.where(rep, lambda d: d.get("verdict") != "did_not_finish")
+    if lag.empty:
+        return []
+    ranks = sorted({int(r) for r in lag["rank"]})
+    waiting = sorted({int(r) for r in rep["rank"]} - set(ranks))
+    seqs = sorted({int(s) for s in lag["seq"] if int(s) >= 0})
+    where = f" (it did not join collective #{seqs[0]}, counted from 1)" if seqs else ""
+    out = []
+    for r in ranks:
+        summary = (
+            f"desync: PyTorch's desync report names rank {r} as the lagging rank{where}"
+            + (f"; {ranks_text(waiting)} joined and are waiting" if waiting else "")
+        )
+        conf = 0.8 if len(ranks) <= 2 else 0.6
+        out.append(finding("desync", "lagging", r, conf, summary,
+                           {"seq": seqs[0] if seqs else -1, "reported_by": "desync debug",
+                            "lagging": ranks, "waiting": waiting, "suspects": ranks}, coords))  # fmt: skip
+    return out
+
+
+def _fingerprints(ev: Evidence, coords) -> list:
+    mm = ev.of("mismatch")
+    if mm.empty:
+        return []
+    pairs = {tuple(sorted((int(a), int(b)))) for a, b in zip(mm["rank"], mm["peer"], strict=True)}
+    seen = Counter(r for p in pairs for r in p)
+    e = mm.iloc[0]
+    d = e["detail"]
+    what = (f"rank {int(e['rank'])} ran {e['op'] or '?'}"
+            + (f" #{int(e['seq'])}" if int(e["seq"]) >= 0 else "")
+            + f", rank {int(e['peer'])} ran {d.get('peer_op') or '?'}"
+            + (f" #{d['peer_seq']}" if int(d.get("peer_seq", -1)) >= 0 else ""))  # fmt: skip
+    ev_ = {"seq": int(e["seq"]), "op": e["op"], "peer_op": d.get("peer_op", ""),
+           "pairs": sorted(pairs)[:20]}  # fmt: skip
+    top, n = seen.most_common(1)[0]
+    if len(pairs) >= 2 and n == len(pairs) and list(seen.values()).count(n) == 1:
+        return [finding("desync", "mismatch", top, 0.65,
+                        f"desync: collective fingerprints differ ({what}); rank {top} differs "
+                        f"from each of the {len(pairs)} ranks it was compared with",
+                        {**ev_, "suspects": [top]}, coords)]  # fmt: skip
+    suspects = sorted(seen)
+    return [finding("desync", "mismatch", -1, 0.45,
+                    f"desync: collective fingerprints differ ({what}); with no third rank to "
+                    f"side with one of them, {ranks_text(suspects)} are both suspects: the "
+                    "code path that issued the other collective is the cause",
+                    {**ev_, "suspects": suspects}, coords)]  # fmt: skip
+
+
+def _timeouts(ev: Evidence, coords) -> list:
+    t = ev.of("timeout")
+    t = t[(t["rank"] >= 0) & (t["seq"] >= 0)]
+    out = []
+    for (pg, seq), rows in t.groupby(["pg", "seq"]):
+        by_rank = rows.drop_duplicates("rank").set_index("rank")
+        sig = {int(r): (e["op"], int(e["numel_in"]) if e["op"] in SAME_SIZE_OPS else -2)
+               for r, e in by_rank.iterrows()}  # fmt: skip
+        kinds = Counter(sig.values())
+        if len(kinds) < 2 or len(sig) < 2:
+            continue
+        (common, n), *_ = kinds.most_common()
+        odd = sorted(r for r, s in sig.items() if s != common)
+        tie = list(kinds.values()).count(n) > 1
+        ops = {r: f"{s[0]}" + (f"({s[1]})" if s[1] >= 0 else "") for r, s in sig.items()}
+        group = f"group {pg}" if pg else "one group"
+        what = ", ".join(f"rank {r} {o}" for r, o in sorted(ops.items())[:8])
+        if tie or len(sig) < 3:
+            out.append(finding("desync", "mismatch", -1, 0.45,
+                               f"desync: at #{seq} of {group} the ranks time out in different "
+                               f"collectives ({what}); which side is wrong the lines do not say",
+                               {"seq": int(seq), "group": pg, "ops": ops,
+                                "suspects": sorted(sig)}, coords))  # fmt: skip
+            continue
+        for r in odd:
+            out.append(finding("desync", "mismatch", r, 0.75 if len(odd) == 1 else 0.5,
+                               f"desync: rank {r} issued {ops[r]} at #{seq} of {group} while "
+                               f"{ranks_text(set(sig) - set(odd))} issued {common[0]}",
+                               {"seq": int(seq), "group": pg, "ops": ops, "suspects": odd},
+                               coords))  # fmt: skip
+    return out
+
+
+def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
+    """Desync findings from reports, fingerprints and same-sequence timeouts."""
+    return _reports(ev, coords) + _fingerprints(ev, coords) + _timeouts(ev, coords), []

@@ -1,0 +1,205 @@
+"""Watchdog timeouts: a hang, always. Which op of which group the ranks are blocked in,
+who is not there, and who is not where the others are.
+
+Read the way an expert reads a console of timeouts:
+
+1. A sequence number counts inside one process group: timeouts and status lines are
+   compared only within ``(group, seq)``. A timeout line that names no group takes the
+   group of its rank's status line for the same work; lines that name no group at all
+   (torch < 2.2) are one group "unnamed" only when they agree on one op.
+2. In one group, the op most blocked ranks timed out in is where the job stands. A rank
+   at another sequence number, or whose status says it never enqueued that op, is the
+   odd one out; a rank ahead on another op is a desync (``desync.py`` names it).
+3. Ranks of the world that left no line are the first suspects; a rank that printed but
+   never timed out, while the others did, is the next. Neither is certain: a posted log
+   is an excerpt.
+4. With everyone present and blocked in the same op, no rank is behind: the communicator
+   or the transport is (at op #1: it never worked).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ranksight.words import counted, span
+
+from .evidence import Evidence, finding, ranks_text
+
+CONFIDENCE = {
+    "never_entered": 0.8,  # a status line says the rank never enqueued the blocked op
+    "odd_seq": 0.6,  # the rank timed out at another sequence number of the same group
+    "only_silent": 0.55,  # the one rank of a known world that left no line or no timeout
+    "silent": 0.3,  # one of several ranks that left no line
+    "nobody_behind": 0.5,  # every rank present and blocked in one op: communicator/transport
+}
+"""How sure each kind of evidence makes the hang finding (0..1)."""
+DEFAULT = ("0", "default_pg")
+
+
+def _key(e: pd.Series) -> str:
+    return str(e["pg"]) or "?"
+
+
+def _groups(ev: Evidence) -> dict[str, pd.DataFrame]:
+    """Timeouts and status lines per group key, a timeout without a group given its rank's
+    status line's group for the same work."""
+    t = ev.of("timeout", "status").copy()
+    if t.empty:
+        return {}
+    status = t[(t["kind"] == "status") & (t["pg"] != "")]
+    pg_of = {(int(r), int(g), int(s)): p for r, g, s, p in
+             zip(status["rank"], status["group_rank"], status["seq"], status["pg"], strict=True)}  # fmt: skip
+    name_of = dict(zip(status["pg"], status["pg_name"], strict=True))
+    for i, e in t[t["pg"] == ""].iterrows():
+        p = pg_of.get((int(e["rank"]), int(e["group_rank"]), int(e["seq"])))
+        if p is not None:
+            t.loc[i, "pg"], t.loc[i, "pg_name"] = p, name_of.get(p, "")
+            if int(e["rank"]) < 0 and (p in DEFAULT or name_of.get(p) == "default_pg"):
+                t.loc[i, "rank"] = e["group_rank"]
+    return {k: g for k, g in t.groupby(t.apply(_key, axis=1))}
+
+
+def _unnamed_ranks(rows: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
+    """Lines of no named group and no global rank: their ``[Rank N]`` taken as the global
+    rank only when every such timeout is the same op and sequence (one group, most likely
+    the default one); returns the rows and whether that was assumed."""
+    anon = rows["rank"] < 0
+    if not anon.any():
+        return rows, False
+    ops = {(o, s) for o, s in zip(rows["op"], rows["seq"], strict=True) if o}
+    if len(ops) != 1:
+        return rows, False
+    rows = rows.copy()
+    rows.loc[anon, "rank"] = rows.loc[anon, "group_rank"]
+    return rows, True
+
+
+def _position(rows: pd.DataFrame) -> dict[int, dict]:
+    """global rank -> {seq it is blocked at, op, numel, enqueued, completed}."""
+    out: dict[int, dict] = {}
+    for _, e in rows[rows["rank"] >= 0].sort_values("seq").iterrows():
+        r = int(e["rank"])
+        p = out.setdefault(r, {"seq": -1, "op": "", "numel": -1, "enq": -1, "done": -1})
+        if e["kind"] == "timeout" and (p["seq"] < 0 or 0 <= int(e["seq"]) < p["seq"]):
+            p.update(seq=int(e["seq"]), op=str(e["op"]), numel=int(e["numel_in"]))
+        if e["kind"] == "status":
+            p["enq"], p["done"] = int(e["enqueued"]), int(e["completed"])
+            if p["seq"] < 0:
+                p["seq"] = int(e["seq"])
+    return out
+
+
+def _stuck_at(pos: dict[int, dict]) -> tuple[int, str, list[int]]:
+    """(seq most ranks are blocked at, its op, those ranks)."""
+    by_seq: dict[int, list[int]] = {}
+    for r, p in pos.items():
+        if p["seq"] >= 0:
+            by_seq.setdefault(p["seq"], []).append(r)
+    if not by_seq:
+        return -1, "", sorted(pos)
+    seq, ranks = max(by_seq.items(), key=lambda kv: (len(kv[1]), -kv[0]))
+    ops = {pos[r]["op"] for r in ranks if pos[r]["op"]}
+    return seq, (ops.pop() if len(ops) == 1 else ""), sorted(ranks)
+
+
+def _group_name(key: str, rows: pd.DataFrame) -> str:
+    names = {str(n) for n in rows["pg_name"] if str(n)}
+    if key == "?":
+        return "an unnamed group"
+    return f"group {key}" + (f" ({names.pop()})" if len(names) == 1 else "")
+
+
+def detect(ev: Evidence, coords: pd.DataFrame) -> tuple[list, list[str]]:
+    """The hang finding(s) of the watchdog lines, and notes."""
+    groups = _groups(ev)
+    if not groups:
+        return [], []
+    notes: list[str] = []
+    summaries, blocked, odd, behind, evidence = [], set(), {}, {}, {}
+    for key, rows in sorted(groups.items(), key=lambda kv: -kv[1]["rank"].nunique()):
+        if key == "?":
+            rows, assumed = _unnamed_ranks(rows)
+            if assumed:
+                notes.append("the timeout lines name no process group: their [Rank N] is "
+                             "taken as the global rank (one op and sequence on every line)")  # fmt: skip
+            elif (rows["rank"] < 0).any():
+                notes.append(
+                    "timeouts at several sequence numbers name neither their process group "
+                    "nor the global rank: their ranks cannot be mapped to global ranks"
+                )
+        pos = _position(rows)
+        if not pos:
+            continue
+        seq, op, at = _stuck_at(pos)
+        name = _group_name(key, rows)
+        blocked |= set(at)
+        for r, p in pos.items():
+            if 0 <= p["seq"] != seq:
+                odd[r] = (name, p["seq"], p["op"], seq)
+            elif 0 <= p["enq"] < seq:
+                behind[r] = (name, p["enq"], seq)
+        where = f"{op or 'op'} #{seq}" if seq >= 0 else "an op"
+        summaries.append(f"{ranks_text(at)} blocked in {where} of {name}")
+        evidence[name] = {"seq": seq, "op": op, "blocked": at,
+                          "positions": {str(r): p for r, p in sorted(pos.items())[:64]}}  # fmt: skip
+    if not summaries:
+        return [], notes
+    return [_finding(ev, coords, summaries, blocked, odd, behind, evidence)], notes
+
+
+def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
+    silent = ev.missing()
+    quiet = sorted(ev.present - blocked - set(odd) - set(behind))
+    main = next(iter(evidence.values()))
+    base = {"seq": main["seq"], "op": main["op"], "groups": evidence, "silent": silent,
+            "no_timeout": quiet, "world_size": ev.world, "world_exact": ev.world_exact}  # fmt: skip
+    head = "; ".join(summaries[:4]) + (f"; and {len(summaries) - 4} more groups" if len(summaries) > 4 else "")
+    if behind or odd:
+        culprits = sorted(set(behind) | set(odd))
+        why = [f"rank {r} never enqueued #{s} of {g} (its last enqueued is #{e})"
+               for r, (g, e, s) in sorted(behind.items())]  # fmt: skip
+        why += [f"rank {r} is at #{s} ({o or 'op'}) of {g}, the others at #{at}"
+                for r, (g, s, o, at) in sorted(odd.items())]  # fmt: skip
+        conf = CONFIDENCE["never_entered"] if behind else CONFIDENCE["odd_seq"]
+        if len(culprits) > 2 or len(blocked) < 2:
+            conf = min(conf, 0.45)
+        summary = f"hang: {head}. " + "; ".join(why[:6])
+        rank = culprits[0] if len(culprits) == 1 else -1
+        return finding("hang", "stuck", rank, conf, summary,
+                       {**base, "suspects": culprits, "alternatives": _alts(silent, quiet)},
+                       coords)  # fmt: skip
+    suspects = silent or quiet
+    if suspects:
+        who = ranks_text(suspects)
+        said = "left no line" if silent else "printed no timeout while the others did"
+        exact = ev.world_exact or bool(silent)
+        conf = CONFIDENCE["only_silent"] if len(suspects) == 1 and exact and len(blocked) >= 2 \
+            else CONFIDENCE["silent"]  # fmt: skip
+        summary = (
+            f"hang: {head}; none of them is behind. {who} {said} ({ev.world_note()}): the "
+            f"first place to look (its own log, its host, its GPU)"
+        )
+        rank = suspects[0] if len(suspects) == 1 else -1
+        alts = ["the log is an excerpt: a rank may have printed its timeout outside it"]
+        return finding("hang", "stuck", rank, conf, summary,
+                       {**base, "suspects": suspects, "alternatives": alts}, coords)  # fmt: skip
+    first = main["seq"] in (0, 1)
+    cause = "communication"
+    tail = (
+        "the communicator never completed an op: NCCL set-up or the transport (IB, sockets, "
+        "P2P, a firewall)" if first else
+        "every rank is waiting, so look at the communicator or the transport (a link, a NIC, "
+        "a GPU that stopped completing work), or at ranks outside this log"
+    )  # fmt: skip
+    summary = f"hang: {head}; none of them is behind ({ev.world_note()}): {tail}"
+    return finding("hang", cause, -1, CONFIDENCE["nobody_behind"], summary,
+                   {**base, "suspects": [], "alternatives": [tail]}, coords)  # fmt: skip
+
+
+def _alts(silent: list[int], quiet: list[int]) -> list[str]:
+    out = []
+    if silent:
+        out.append(f"ranks {span(silent)} left no line: they may be the ones holding the others")
+    if quiet:
+        out.append(f"{counted(len(quiet), 'rank')} ({span(quiet)}) printed no timeout")
+    return out

@@ -1,0 +1,80 @@
+"""Text logs a job printed, read the way an expert reads them: line by line, each line
+by every format that knows its words, into ``log_events`` rows (:mod:`.events`).
+
+A line format is one module here with either a ``parse(line) -> list[Event]`` function
+(a line says everything itself) or a ``Reader`` class (``feed(line)``, ``finish() ->
+list[Event]``: blocks of lines, counts over a file), and a ``MARKERS`` tuple: words one
+of which a line must hold for the format to look at it. Register it in
+:data:`LINE_FORMATS`; nothing else changes (docs/import-formats.md).
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable, Iterable
+
+from . import desync, frtrace, gpu, misc, nccl, torchrun, watchdog
+from .events import Event, dedupe
+from .lines import LogLine, logical_lines
+
+LINE_FORMATS: tuple = (watchdog, desync, gpu, nccl, torchrun, frtrace, misc)
+"""Every line format, each a module with ``parse`` or ``Reader`` and ``MARKERS``."""
+
+FAULT_KINDS = ("timeout", "status", "desync_report", "mismatch", "child_failed", "nccl_warn",
+               "fr_missing", "gpu_error")  # fmt: skip
+"""Events that say the job failed: a run with one is never "finished"."""
+
+MAX_EVENTS = 200_000
+"""Most events kept from one file after repeats are folded (the rest counted as cut)."""
+
+
+class _Parser:
+    """A stateless ``parse`` function seen as a reader."""
+
+    def __init__(self, module) -> None:
+        self.parse: Callable[[LogLine], list[Event]] = module.parse
+        self.markers = module.MARKERS
+        self.out: list[Event] = []
+
+    def feed(self, line: LogLine) -> None:
+        self.out.extend(self.parse(line))
+
+    def finish(self) -> list[Event]:
+        return self.out
+
+
+def _readers() -> list:
+    return [m.Reader() if hasattr(m, "Reader") else _Parser(m) for m in LINE_FORMATS]
+
+
+def read_lines(lines: Iterable[str], file: str = "") -> list[Event]:
+    """Every event of one file's ``lines``, repeats folded (:func:`events.dedupe`), each
+    marked with ``file``."""
+    readers = _readers()
+    markers = [tuple(getattr(r, "markers", ("",))) for r in readers]
+    for line in logical_lines(lines):
+        for reader, words in zip(readers, markers, strict=True):
+            if any(w in line.text for w in words):
+                reader.feed(line)
+    events = dedupe([e for r in readers for e in r.finish()])
+    for e in events[:MAX_EVENTS]:
+        e.file = file
+    return events[:MAX_EVENTS]
+
+
+def read_file(path: str, shown: str = "") -> list[Event]:
+    """:func:`read_lines` of the text file at ``path`` (gzip or not; bad bytes replaced).
+    Raises OSError if it cannot be read."""
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    opener = gzip.open if gz else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        return read_lines(f, shown or path)
+
+
+def says_something(events: list[Event]) -> bool:
+    """Whether ``events`` hold more than presence and sizes (a log worth a run)."""
+    return any(e.kind not in ("present", "world") for e in events)
+
+
+__all__ = ["FAULT_KINDS", "Event", "LINE_FORMATS", "LogLine", "read_file", "read_lines", "says_something"]

@@ -1,0 +1,118 @@
+"""A posted log as logical lines: launcher and terminal prefixes taken off and read.
+
+Real logs come interleaved (torchrun's console holds every local rank), prefixed (line
+numbers of a log viewer, ``host: `` from pdsh, ``N: `` from ``srun --label``, timestamps)
+and hard-wrapped (a terminal's or a post's width). :func:`logical_lines` gives each
+line's own text with what its prefixes said:
+
+=============================  =============================================
+prefix                         read as
+=============================  =============================================
+``[rank3]:``                   global rank 3 (torchrun >= 2.2, ``--tee``)
+``[default3]:``                local rank 3 (torchrun < 2.2, role "default")
+``[1,3]<stderr>:``             global rank 3 (OpenMPI ``--tag-output``)
+``host-1: ``                   host ``host-1`` (pdsh, DeepSpeed's launcher)
+``[80746] ``, ``12: ``         a viewer's line number, an srun task label
+=============================  =============================================
+
+A number in the file name is never read here: the caller may use it only for a file
+whose lines name no rank at all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+_RANK = re.compile(r"\[?rank(?P<rank>\d+)\]:\s?", re.I)
+_RANK_INSIDE = re.compile(r"\[rank(?P<rank>\d+)\]:")
+_LOCAL = re.compile(r"\[default(?P<local>\d+)\]:\s?")
+_MPI = re.compile(r"\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:\s?")
+_LEAD = re.compile(
+    r"^(?:\s+"
+    r"|\[\d+\]\s+(?=\S)"  # a viewer's line number: [80746] [rank0]:...
+    r"|\d{1,5}:\s+(?=\S)"  # srun --label
+    r"|(?P<host>[A-Za-z][\w.-]*[\w]):\s+(?=\[|\d{4}-|[A-Z]\d{4})"  # pdsh: host: [rank3]:
+    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?(?:\s*[|-]?\s*)"  # 2024-05-01 12:00:00,1
+    r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?\]\s*"  # [2024-05-01 12:00:00]
+    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d\s+"  # 2025-02-18 12:54
+    r"|\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*"  # Ray: (RayWorkerWrapper pid=4009)
+    r"|\S*\x1b?\[\d+m\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*"  # Ray, colour left in
+    r"|\[[\w.-]+:\d+\]:(?=\[rank)"  # [alphagpu12:5]:[rank5]:
+    r"|[\w.-]+(?:\.nolog)? \[std(?:err|out)\]\s+"  # milabench: host [stderr]
+    r"|[>│|]\s+"  # a quote marker, a box's border
+    r")"
+)
+_STARTS_NEW = re.compile(
+    r"^\s*(?:\[(?:rank|default)\d+\]:|\[\d+,\d+\]<|\[[EWIF]\s?\d*|[EWIF]\d{4}\s|\[?\d{4}-\d\d-"
+    r"|[\w.-]+:\d+:\d+ \[\d+\]|Traceback|\w*(?:Error|Exception)\b|\S+: \[rank)"
+)
+MAX_JOIN = 3
+"""Most physical lines joined into one logical line (a wrap of a long watchdog line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One logical line: ``text`` without its prefixes; ``rank``/``local_rank`` as the
+    prefixes give them (-1: not said); ``host`` from a pdsh prefix; ``number``: the
+    1-based line number of its first physical line in the file."""
+
+    text: str
+    number: int
+    rank: int = -1
+    local_rank: int = -1
+    host: str = ""
+
+
+def split_prefix(raw: str) -> tuple[str, int, int, str]:
+    """(text, rank, local_rank, host) of one physical line (see the module table)."""
+    text, rank, local, host = raw.rstrip("\r\n"), -1, -1, ""
+    for _ in range(6):
+        m = _LEAD.match(text)
+        if m and m.end() > 0:
+            host = host or (m.group("host") or "")
+            text = text[m.end() :]
+            continue
+        m = _RANK.match(text) or _MPI.match(text) or _LOCAL.match(text)
+        if not m:
+            break
+        got = m.groupdict()
+        if got.get("rank") is not None:
+            rank = int(got["rank"])
+        elif got.get("mpi") is not None:
+            rank = int(got["mpi"])
+        else:
+            local = int(got["local"])
+        text = text[m.end() :]
+    if rank < 0 and (inside := list(_RANK_INSIDE.finditer(text))):  # glued to a progress bar
+        rank, text = int(inside[-1].group("rank")), text[inside[-1].end() :]
+    return text, rank, local, host
+
+
+def _unfinished(text: str) -> bool:
+    """Whether ``text`` stops mid-sentence of a long log line: open parentheses, or a
+    trailing comma or ``:`` of a watchdog or fingerprint line."""
+    if text.count("(") > text.count(")"):
+        return True
+    return bool(re.search(r"(?:WorkNCCL|NCCL work|enqueued|completed|Fingerprint)[^.]*[,:]$", text))
+
+
+def logical_lines(raw_lines: Iterable[str]) -> Iterator[LogLine]:
+    """Each logical line of ``raw_lines`` (a file's lines, newlines kept or not): prefixes
+    read off, and a line that stops unfinished joined with the next ones (at most
+    :data:`MAX_JOIN`) that do not start a line of their own."""
+    pending: list = []  # [text, number, rank, local, host, joined]
+    for n, raw in enumerate(raw_lines, 1):
+        text, rank, local, host = split_prefix(raw)
+        if pending:
+            same = rank in (-1, pending[2]) and not _STARTS_NEW.match(raw.lstrip())
+            if same and pending[5] < MAX_JOIN and _unfinished(pending[0]) and text.strip():
+                pending[0] = pending[0] + text.strip() if pending[0].endswith(
+                    ("(", "=", "_")) else pending[0].rstrip() + " " + text.strip()
+                pending[5] += 1
+                continue
+            yield LogLine(pending[0], pending[1], pending[2], pending[3], pending[4])
+        pending = [text, n, rank, local, host, 1]
+    if pending:
+        yield LogLine(pending[0], pending[1], pending[2], pending[3], pending[4])

@@ -1,0 +1,156 @@
+"""``NCCL_DEBUG=INFO`` / ``WARN`` lines, from one rank or many in one file.
+
+Every NCCL line starts ``host:pid:tid [cudaDev] NCCL INFO|WARN`` (a process is told by
+``host:pid``; posts splice two headers into one line, or cut the host short). Read:
+
+- collective calls (``NCCL_DEBUG_SUBSYS=COLL``): ``AllReduce: opCount 1f ... count 8192
+  datatype 7 ... comm 0x55d0a1b2c3d0 [nranks=4]``, counted per process and communicator
+  into one ``nccl_calls`` event: ``seq`` the calls counted - 1 (some NCCL versions print
+  ``opCount 0`` on every call, so calls are counted, never the number trusted),
+  ``enqueued`` the highest opCount, ``detail`` calls per op. Communicators are named by
+  their order of first use in the process and their size (``comm0:n8``): the same on
+  every rank of a job that creates them in one order;
+- init lines (``comm 0x.. rank 3 nranks 8 cudaDev 3 ... busId 3b000``): a process's rank
+  in its largest communicator is taken as its global rank (a ``world`` event gives the
+  size), and its GPU's bus id;
+- ``NCCL WARN`` lines as ``nccl_warn`` events, ``detail`` ``category``: ``ib_async``
+  (``NET/IB : Got async event : port error``), ``ib_completion`` (``Got completion from
+  peer ... with error``), ``net_mismatch``, ``mismatch`` (``Mismatched collective
+  detected``, with ``at and around rank N`` as ``peer``), ``cuda``, ``remote_closed``
+  (``Connection closed by remote peer``, ``Connection reset``, ``Broken pipe``: the
+  other end went away; its address in ``detail.remote``), ``ib_verbs``, ``other``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..rows import norm_op
+from .events import Event
+from .lines import LogLine
+
+_HEAD = re.compile(r"(?P<host>[\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+                   r"(?:[\w/.-]+:\d+ )?NCCL (?P<level>INFO|WARN|TRACE|ERROR)\s?")  # fmt: skip
+_CALL = re.compile(
+    r"^(?P<op>\w+): opCount (?P<count>[0-9a-fA-F]+) .*?count (?P<n>\d+) datatype (?P<dt>\d+)"
+    r".*?comm (?P<comm>0x[0-9a-fA-F]+)(?: \[nranks=(?P<nranks>\d+)\])?"
+)
+_INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
+                   r"(?:.*?busId (?P<bus>[0-9a-fA-F]+))?", re.I)  # fmt: skip
+_REMOTE = re.compile(r"(?:from|peer|to)\s+(?P<addr>[\w.:%\[\]-]+?)<\d+>")
+_AROUND = re.compile(r"at and around rank (?P<r>\d+)")
+_WARN_KINDS = (
+    ("ib_async", ("Got async event",)),
+    ("ib_completion", ("Got completion from peer", "completion with error")),
+    ("net_mismatch", ("collective mismatch error",)),
+    ("mismatch", ("Mismatched collective",)),
+    ("cuda", ("Cuda failure", "CUDA failure", "cudaError")),
+    ("remote_closed", ("closed by remote peer", "Connection reset", "Broken pipe",
+                       "Connection refused", "remote process exited")),
+    ("ib_verbs", ("ibv_", "NET/IB")),
+)  # fmt: skip
+MARKERS = ("NCCL INFO", "NCCL WARN", "NCCL TRACE", "NCCL ERROR")
+NOTES = ("NCCL version", "Channel", " via ", "NET/", "Trees", "Ring")
+"""Words of the INFO lines kept as a process's topology notes (``nccl_info`` events)."""
+MAX_NOTES = 10
+
+
+def warn_category(msg: str) -> str:
+    """The ``nccl_warn`` category of a WARN line's message (see the module doc)."""
+    for cat, words in _WARN_KINDS:
+        if any(w in msg for w in words):
+            return cat
+    return "other"
+
+
+class Reader:
+    """Per-process NCCL state of one file; :meth:`finish` gives its events."""
+
+    name = "nccl"
+    markers = MARKERS
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple, dict] = {}  # (proc, comm) -> {ops, n, top, last, nranks}
+        self.order: dict[tuple, list[str]] = {}  # proc -> comms in order of first use
+        self.init: dict[tuple, dict[str, tuple[int, int, str]]] = {}  # proc -> comm -> (r, n, bus)
+        self.proc_rank: dict[tuple, int] = {}
+        self.notes: dict[tuple, list[str]] = {}
+        self.out: list[Event] = []
+
+    def feed(self, line: LogLine) -> None:
+        """Read one NCCL line (the last header on a spliced line wins)."""
+        heads = list(_HEAD.finditer(line.text))
+        if not heads:
+            return
+        h = heads[-1]
+        msg = line.text[h.end() :]
+        proc = (line.host or h.group("host"), int(h.group("pid")))
+        if line.rank >= 0:
+            self.proc_rank.setdefault(proc, line.rank)
+        if h.group("level") in ("WARN", "ERROR"):
+            self._warn(proc, h, msg, line)
+        elif m := _CALL.match(msg):
+            self._call(proc, m)
+        elif m := _INIT.search(msg):
+            self.init.setdefault(proc, {})[m.group("comm")] = (
+                int(m.group("rank")), int(m.group("nranks")), (m.group("bus") or "").lower())
+        elif any(n in msg for n in NOTES):
+            notes = self.notes.setdefault(proc, [])
+            if len(notes) < MAX_NOTES:
+                notes.append(msg.strip())
+
+    def _call(self, proc: tuple, m: re.Match) -> None:
+        comm = m.group("comm")
+        order = self.order.setdefault(proc, [])
+        if comm not in order:
+            order.append(comm)
+        c = self.calls.setdefault((proc, comm), {"ops": {}, "n": 0, "top": -1, "last": "",
+                                                 "nranks": 0})  # fmt: skip
+        op = norm_op(m.group("op"))
+        c["ops"][op] = c["ops"].get(op, 0) + 1
+        c["n"] += 1
+        c["top"] = max(c["top"], int(m.group("count"), 16))
+        c["last"] = op
+        if m.group("nranks"):
+            c["nranks"] = int(m.group("nranks"))
+
+    def _warn(self, proc: tuple, h: re.Match, msg: str, line: LogLine) -> None:
+        cat = warn_category(msg)
+        detail: dict = {"category": cat, "device": f"cuda:{h.group('dev')}"}
+        if r := _REMOTE.search(msg):
+            detail["remote"] = r.group("addr")
+        peer = int(a.group("r")) if (a := _AROUND.search(msg)) else -1
+        self.out.append(Event("nccl_warn", rank=line.rank, host=proc[0], pid=proc[1],
+                              line=line.number, peer=peer, detail=detail, text=msg.strip()))  # fmt: skip
+
+    def _rank_of(self, proc: tuple) -> tuple[int, int, str]:
+        """(global rank, world size, bus id) of a process from its largest communicator."""
+        comms = self.init.get(proc, {})
+        if not comms:
+            return self.proc_rank.get(proc, -1), 0, ""
+        r, n, bus = max(comms.values(), key=lambda v: v[1])
+        return self.proc_rank.get(proc, r), n, bus
+
+    def finish(self) -> list[Event]:
+        """``nccl_calls``, ``world`` and ``nccl_warn`` events of the file."""
+        out = []
+        procs = set(self.order) | set(self.init) | set(self.notes)
+        procs |= {(e.host, e.pid) for e in self.out}
+        for proc in sorted(procs):
+            rank, world, bus = self._rank_of(proc)
+            if self.notes.get(proc):
+                out.append(Event("nccl_info", rank=rank, host=proc[0], pid=proc[1],
+                                 detail={"notes": self.notes[proc]}))  # fmt: skip
+            if world:
+                out.append(Event("world", rank=rank, host=proc[0], pid=proc[1], code=world,
+                                 detail={"source": "nccl_nranks", "bus": bus}))  # fmt: skip
+            for k, comm in enumerate(self.order.get(proc, [])):
+                c = self.calls[(proc, comm)]
+                n = c["nranks"] or self.init.get(proc, {}).get(comm, (0, 0, ""))[1]
+                out.append(Event("nccl_calls", rank=rank, host=proc[0], pid=proc[1],
+                                 pg=f"comm{k}:n{n}", seq=c["n"] - 1, enqueued=c["top"],
+                                 op=c["last"], detail={"ops": c["ops"], "comm": comm}))  # fmt: skip
+        for e in self.out:
+            if e.rank < 0:
+                e.rank = self._rank_of((e.host, e.pid))[0]
+        return out + self.out

@@ -1,0 +1,78 @@
+"""torchrun's end-of-job summary: which ranks failed, how, and which it saw first.
+
+The ``ChildFailedError`` block (torch >= 1.9) is read by :mod:`ranksight.torchrun_log`
+(the launcher's parser, one home for the format); the older single line
+``failed (exitcode: -9) local_rank: 3 (pid: 1234) of binary: ...`` is read here. Each
+failure is a ``child_failed`` event: ``rank`` (global, as torchrun says), ``local_rank``,
+``host``, ``pid``, ``code`` the exit code (negative: killed by that signal), ``detail``
+``root_cause`` (torchrun's first observed failure) and the signal's name.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+
+from ranksight.torchrun_log import torchrun_failures
+
+from .events import Event
+from .lines import LogLine
+
+MARKERS = ("exitcode", "Root Cause", "ChildFailedError", "Failures:", "local_rank", "error_file",
+           "traceback", "host", "time", "rank", "[")  # fmt: skip
+_OLD = re.compile(
+    r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)"
+)
+
+
+def signal_name(code: int) -> str:
+    """``SIGKILL`` for exit code -9; "" for a plain exit code."""
+    if code >= 0:
+        return ""
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+class Reader:
+    """Collects the summary's lines of one file; :meth:`finish` reads them."""
+
+    name = "torchrun"
+    markers = MARKERS
+
+    def __init__(self) -> None:
+        self.block: list[str] = []
+        self.old: list[Event] = []
+        self.first = 0
+
+    def feed(self, line: LogLine) -> None:
+        """Keep a line that may be part of the summary; read an old-style failure."""
+        if m := _OLD.search(line.text):
+            code = int(m.group("code"))
+            self.old.append(
+                Event("child_failed", local_rank=int(m.group("local")), pid=int(m.group("pid")),
+                      host=line.host, line=line.number, code=code, text=line.text,
+                      detail={"root_cause": not self.old, "signal": signal_name(code)})
+            )  # fmt: skip
+        t = line.text.strip()
+        if re.match(r"(?:\[\d+\]:|time|host|rank|exitcode|error_file|traceback|Root Cause|"
+                    r"Failures:|Other Failures)", t):  # fmt: skip
+            self.first = self.first or line.number
+            self.block.append(t)
+
+    def finish(self) -> list[Event]:
+        """One ``child_failed`` event per failed rank (root cause first)."""
+        if not self.block:
+            return self.old
+        out = []
+        for f in torchrun_failures("\n".join(self.block)):
+            code = f["exitcode"]
+            out.append(
+                Event("child_failed", rank=f["rank"], local_rank=f.get("local_rank", -1),
+                      host=f["host"], pid=f["pid"], line=self.first, code=code,
+                      text=f"rank {f['rank']} exitcode {code}",
+                      detail={"root_cause": f["root_cause"], "signal": signal_name(code),
+                              "time": f["time"]})
+            )  # fmt: skip
+        return out or self.old

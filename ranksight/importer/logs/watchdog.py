@@ -1,0 +1,102 @@
+"""NCCL watchdog and blocking-wait timeouts, every torch version's wording.
+
+========================  =====================================================
+torch                     the line (after its ``[rankN]:[E... file:line]`` prefix)
+========================  =====================================================
+< 1.10                    ``[Rank 3] Watchdog caught collective operation timeout:
+                          WorkNCCL(OpType=ALLREDUCE, TensorShape=[..], Timeout(ms)=..)``
+1.10 - 2.1                ``[Rank 3] Watchdog caught ... WorkNCCL(SeqNum=904,
+                          OpType=ALLREDUCE, Timeout(ms)=1800000) ran for .. milliseconds``
+2.2 - 2.4                 the same with ``NumelIn``/``NumelOut``; then ``[PG 1 Rank 3]``
+                          (or ``[PG 0 (default_pg) Rank 3]``) ``Exception (either an error
+                          or timeout) detected by watchdog at work: 904, last enqueued NCCL
+                          work: 905, last completed NCCL work: 903.``
+2.5 +                     ``[PG ID 0 PG GUID 0(default_pg) Rank 3]`` on the lines
+2.7 +                     ``failure detected by watchdog at work sequence id: 904 PG
+                          status: last enqueued work: 904, last completed work: 903``
+any (blocking wait)       ``Work WorkNCCL(SeqNum=904, ...) timed out in blocking wait``
+========================  =====================================================
+
+A timeout line becomes a ``timeout`` event, a status line a ``status`` event (``seq``
+the failed work, ``enqueued``/``completed``). ``[Rank N]`` is the rank inside the group;
+the global rank is the line's ``[rankN]:`` prefix, or ``N`` itself in the default group.
+The same timeout told again (``terminated with exception: ...``, the blocking-wait line,
+``what():``) is the same event, counted (:func:`events.dedupe`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..rows import norm_op
+from .events import Event
+from .lines import LogLine
+
+MARKERS = ("WorkNCCL(", "last enqueued", "timed out in blocking wait", "NCCL work:")
+_PG_NEW = re.compile(
+    r"\[PG ID (?P<id>\d+) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<name>[^)]*)\))? Rank (?P<r>\d+)\]"
+)
+_PG_OLD = re.compile(r"\[PG (?P<uid>[^\s(\]]+)(?: \((?P<name>[^)]*)\))? Rank (?P<r>\d+)\]")
+_RANK = re.compile(r"\[Rank (?P<r>\d+)\]")
+_FIELD = {
+    "seq": re.compile(r"SeqNum=\s*(\d+)"),
+    "op": re.compile(r"OpType=\s*(\w+)"),
+    "nin": re.compile(r"NumelIn=\s*(-?\d+)"),
+    "nout": re.compile(r"NumelOut=\s*(-?\d+)"),
+    "timeout": re.compile(r"Timeout\(ms\)=\s*(\d+)"),
+}
+_RAN = re.compile(r"ran for\s*(\d+)\s*milli", re.I)
+_STATUS = re.compile(
+    r"(?:at (?:NCCL )?work(?: sequence id)?:\s*(?P<seq>-?\d+)\D{0,40}?)?"
+    r"last enqueued (?:NCCL )?work:\s*(?P<enq>-?\d+),?\s*last completed (?:NCCL )?work:\s*"
+    r"(?P<done>-?\d+)"
+)
+_AT_WORK = re.compile(r"at (?:NCCL )?work(?: sequence id)?:\s*(?P<seq>-?\d+)")
+DEFAULT_PG = ("0", "default_pg")
+
+
+def _group(text: str) -> tuple[str, str, int]:
+    """(pg uid, pg name, rank in the group) from the line's bracket, "" / -1 if none."""
+    if m := _PG_NEW.search(text):
+        return m.group("guid"), m.group("name") or "", int(m.group("r"))
+    if m := _PG_OLD.search(text):
+        return m.group("uid"), m.group("name") or "", int(m.group("r"))
+    if m := _RANK.search(text):
+        return "", "", int(m.group("r"))
+    return "", "", -1
+
+
+def _global(line: LogLine, pg: str, name: str, group_rank: int) -> int:
+    if line.rank >= 0:
+        return line.rank
+    return group_rank if (pg in DEFAULT_PG or name == "default_pg") and pg else -1
+
+
+def parse(line: LogLine) -> list[Event]:
+    """The ``timeout`` / ``status`` events of one logical line (none if it is neither)."""
+    text = line.text
+    pg, name, grank = _group(text)
+    base = dict(rank=_global(line, pg, name, grank), local_rank=line.local_rank,
+                group_rank=grank, host=line.host, line=line.number, pg=pg, pg_name=name,
+                text=text)  # fmt: skip
+    out = []
+    at = text.find("WorkNCCL(")
+    timed_out = re.search(r"timeout|timed out|timing out", text, re.I)
+    if at >= 0 and timed_out:
+        work = text[at : at + 400]
+        f = {k: (m.group(1) if (m := r.search(work)) else None) for k, r in _FIELD.items()}
+        if f["op"]:
+            ran = _RAN.search(text)
+            out.append(
+                Event("timeout", **base, seq=int(f["seq"]) if f["seq"] else -1,
+                      op=norm_op(f["op"]), numel_in=int(f["nin"] or -1),
+                      numel_out=int(f["nout"] or -1), code=int(f["timeout"] or -1),
+                      detail={"ran_ms": int(ran.group(1))} if ran else {})
+            )  # fmt: skip
+    if s := _STATUS.search(text):
+        seq = s.group("seq") or (m.group("seq") if (m := _AT_WORK.search(text)) else None)
+        out.append(
+            Event("status", **base, seq=int(seq) if seq is not None else -1,
+                  enqueued=int(s.group("enq")), completed=int(s.group("done")))
+        )  # fmt: skip
+    return out
