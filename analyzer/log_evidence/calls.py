@@ -34,4 +34,32 @@ def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
                 f"stopped issuing at call #{calls[r]}",
                 {"issued": calls[r] - 1, "others_issued": top - 1, "communicator": comm,
                  "suspects": behind}, coords))  # fmt: skip
-    return out, notes
+    return out + _different_ops(c, coords), notes
+
+
+def _different_ops(c, coords) -> list:
+    """Ranks of one communicator issuing different ops at one opCount (a desync)."""
+    out = []
+    for comm, rows in c.groupby("pg"):
+        if rows["rank"].nunique() < 2:
+            continue
+        at: dict[str, dict[int, str]] = {}
+        for r, d in zip(rows["rank"], rows["detail"], strict=True):
+            for count, op in (d.get("at") or {}).items():
+                at.setdefault(count, {})[int(r)] = op
+        odd = {k: v for k, v in at.items() if len(v) >= 2 and len(set(v.values())) > 1}
+        if not odd:
+            continue
+        count = min(odd, key=int)
+        ops = odd[count]
+        votes = {op: sorted(r for r, o in ops.items() if o == op) for op in set(ops.values())}
+        few = min(votes.values(), key=len)
+        lone = len(ops) >= 3 and len(few) == 1 and sum(len(v) == 1 for v in votes.values()) == 1
+        what = ", ".join(f"rank {r} {o}" for r, o in sorted(ops.items())[:8])
+        out.append(finding(
+            "desync", "mismatch", few[0] if lone else -1, 0.6 if lone else 0.45,
+            f"desync: at NCCL opCount {int(count):#x} of {comm} the ranks issue different "
+            f"collectives ({what})" + ("" if lone else "; which side is wrong the lines do not say"),
+            {"communicator": comm, "op_count": int(count), "ops": ops,
+             "suspects": few if lone else sorted(ops)}, coords))  # fmt: skip
+    return out

@@ -29,36 +29,63 @@ def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
     """A crash finding for torchrun's root cause, or a rank's own exception."""
     cf = ev.of("child_failed")
     hung = not ev.of("timeout", "status").empty
+    srun = ev.where(cf, lambda d: d.get("source") == "srun")
+    cf = cf.drop(srun.index)
     if not cf.empty:
-        root = ev.where(cf, lambda d: d.get("root_cause"))
-        e = (root if not root.empty else cf).iloc[0]
-        code, sig = int(e["code"]), str(e["detail"].get("signal", ""))
-        others = sorted({int(r) for r in cf["rank"] if int(r) >= 0} - {int(e["rank"])})
-        rank, local = int(e["rank"]), int(e["local_rank"])
-        who = f"rank {rank}" if rank >= 0 else f"local rank {local} (global rank not given)"
-        host = f" on {e['host']}" if str(e["host"]) else ""
-        conf = 0.6
-        if sig == "SIGABRT" and hung:
-            conf = 0.25  # the watchdog's teardown: the hang finding says who
-        if rank < 0:
-            conf = min(conf, 0.4)
-        summary = (f"crash: {who}{host} {_how(code, sig)}: torchrun's first observed failure"
-                   + (f"; {ranks_text(others)} failed after it" if others else ""))
-        return [finding("crash", "signal" if sig else "exit_code", rank, conf, summary,
-                        {"exitcode": code, "signal": sig, "local_rank": local,
-                         "other_failures": others, "suspects": [rank] if rank >= 0 else []},
-                        coords, host=str(e["host"]))], []  # fmt: skip
+        return _child_failed(ev, cf, hung, coords)
+    if not srun.empty:
+        tasks = ", ".join(f"{h}: tasks {d['tasks']}" for h, d in zip(srun["host"], srun["detail"], strict=True))
+        return [finding("crash", "exit_code", -1, 0.3,
+                        f"crash: srun reports tasks that exited with an error ({tasks[:200]}); "
+                        "srun task ids are not ranks, and many tasks failing at once points at "
+                        "the job's set-up, not one rank", {"suspects": []}, coords)], []  # fmt: skip
+    return _exceptions(ev, hung, coords)
+
+
+def _child_failed(ev: Evidence, cf, hung: bool, coords) -> tuple[list, list[str]]:
+    root = ev.where(cf, lambda d: d.get("root_cause"))
+    root = root if not root.empty else cf
+    first = sorted(range(len(root)), key=lambda i: str(root.iloc[i]["detail"].get("time") or "~"))
+    e = root.iloc[first[0]]  # several agents' summaries: the earliest root cause
+    code, sig = int(e["code"]), str(e["detail"].get("signal", ""))
+    rank, local = int(e["rank"]), int(e["local_rank"])
+    note = " (one node seen: its local rank is its global rank)" if e["mapped"] else ""
+    others = sorted({int(r) for r in cf["rank"] if int(r) >= 0} - {rank})
+    who = f"rank {rank}" if rank >= 0 else f"local rank {local} (its global rank is not said)"
+    host = f" on {e['host']}" if str(e["host"]) else ""
+    after = f"; {ranks_text(others)} failed after it" if others else ""
+    sigs = {str(d.get("signal", "")) for d in cf["detail"]}
+    if sig == "SIGABRT" and sigs <= {"SIGABRT", "SIGTERM", ""}:
+        summary = (f"hang: {who}{host} was the first to abort (SIGABRT){after}: NCCL's watchdog "
+                   "takes a rank down this way after a collective timed out, so it was "
+                   "waiting, not at fault; the rank or link it waited for is not in these lines")  # fmt: skip
+        kind, cause, culprit, conf = "hang", "watchdog_abort", -1, 0.3
+    else:
+        summary = f"crash: {who}{host} {_how(code, sig)}: torchrun's first observed failure{note}{after}"
+        kind, cause, culprit = "crash", "signal" if sig else "exit_code", rank
+        conf = 0.6 if rank >= 0 and not note else 0.45 if rank >= 0 else 0.35
+        if hung:
+            conf = min(conf, 0.45)
+    return [finding(kind, cause, culprit, conf, summary,
+                    {"exitcode": code, "signal": sig, "local_rank": local,
+                     "other_failures": others, "suspects": [rank] if rank >= 0 else []},
+                    coords, host=str(e["host"]))], []  # fmt: skip
+
+
+def _exceptions(ev: Evidence, hung: bool, coords) -> tuple[list, list[str]]:
     exc = ev.of("exception")
-    own = exc[[r >= 0 and not any(w in t for w in TEARDOWN)
-                for r, t in zip(exc["rank"], exc["text"], strict=True)]] if len(exc) else exc
-    if own.empty or hung:
+    if exc.empty or hung:
         return [], []
-    ranks = sorted({int(r) for r in own["rank"]})
-    e = own.iloc[0]
+    exc = exc[[not any(w in t for w in TEARDOWN) for t in exc["text"]]]
+    if exc.empty:
+        return [], []
+    ranks = sorted({int(r) for r in exc["rank"] if int(r) >= 0})
+    e = exc.iloc[0]
     if len(ranks) > 1 and len(ranks) * 2 > len(ev.present):
         return [], [f"{ranks_text(ranks)} raised {e['op']}: the same error on most ranks "
                     "(the code or the data, not one rank)"]  # fmt: skip
     rank = ranks[0] if len(ranks) == 1 else -1
-    return [finding("crash", "exception", rank, 0.5,
-                    f"crash: {ranks_text(ranks)} raised {e['op']}: {str(e['text'])[:160]}",
+    who = ranks_text(ranks) if ranks else "a process (rank not said)"
+    return [finding("crash", "exception", rank, 0.5 if rank >= 0 else 0.3,
+                    f"crash: {who} raised {e['op']}: {str(e['text'])[:160]}",
                     {"exception": e["op"], "suspects": ranks}, coords)], []  # fmt: skip

@@ -20,6 +20,16 @@ SAME_SIZE_OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scat
 """Collectives whose element count is the same on every member (torch.distributed)."""
 
 
+def _same_size(e) -> bool:
+    """Whether ``e``'s op has the same input size on every member: a same-size
+    collective, or a coalesced op shaped as an all-gather (NumelOut a multiple of
+    NumelIn, as FSDP's coalesced all-gathers of padded shards are)."""
+    if e["op"] in SAME_SIZE_OPS:
+        return True
+    nin, nout = int(e["numel_in"]), int(e["numel_out"])
+    return e["op"] == "coalesced" and 0 < nin < nout and nout % nin == 0
+
+
 def _reports(ev: Evidence, coords) -> list:
     rep = ev.of("desync_report")
     lag = ev.where(rep, lambda d: d.get("verdict") != "did_not_finish")
@@ -74,9 +84,12 @@ def _timeouts(ev: Evidence, coords) -> list:
     t = ev.of("timeout")
     t = t[(t["rank"] >= 0) & (t["seq"] >= 0)]
     out = []
+    named = {q: sorted({p for p in g["pg"] if p}) for q, g in t.groupby("seq")}
+    t = t.assign(pg=[p or (named[q][0] if len(named[q]) == 1 else "")
+                     for p, q in zip(t["pg"], t["seq"], strict=True)])  # fmt: skip
     for (pg, seq), rows in t.groupby(["pg", "seq"]):
         by_rank = rows.drop_duplicates("rank").set_index("rank")
-        sig = {int(r): (e["op"], int(e["numel_in"]) if e["op"] in SAME_SIZE_OPS else -2)
+        sig = {int(r): (e["op"], int(e["numel_in"]) if _same_size(e) else -2)
                for r, e in by_rank.iterrows()}  # fmt: skip
         kinds = Counter(sig.values())
         if len(kinds) < 2 or len(sig) < 2:

@@ -33,6 +33,8 @@ class Evidence:
     world: int = 0
     world_exact: bool = False
     world_source: str = ""
+    assumed: str = ""
+    """How ranks were mapped that the lines do not map themselves (a note), or ""."""
 
     def of(self, *kinds: str) -> pd.DataFrame:
         """The events of ``kinds``."""
@@ -61,13 +63,76 @@ class Evidence:
         )
 
 
+DEFAULT_PG = ("0", "default_pg")
+
+
+def _with_groups(frame: pd.DataFrame) -> pd.DataFrame:
+    """A timeout line that names no group takes the group of its rank's status line for
+    the same work (torch 2.2-2.4 print them as two lines); in the default group the rank
+    inside it is the global rank."""
+    st = frame[(frame["kind"] == "status") & (frame["pg"] != "")]
+    pg_of = {(int(r), int(g), int(q)): p for r, g, q, p in
+             zip(st["rank"], st["group_rank"], st["seq"], st["pg"], strict=True)}  # fmt: skip
+    name_of = dict(zip(st["pg"], st["pg_name"], strict=True))
+    todo = frame[(frame["kind"] == "timeout") & (frame["pg"] == "")]
+    for i, e in todo.iterrows():
+        p = pg_of.get((int(e["rank"]), int(e["group_rank"]), int(e["seq"])))
+        if p is not None:
+            frame.loc[i, "pg"], frame.loc[i, "pg_name"] = p, name_of.get(p, "")
+    default = frame["pg"].isin(DEFAULT_PG) | (frame["pg_name"] == "default_pg")
+    fill = default & (frame["rank"] < 0) & (frame["group_rank"] >= 0)
+    frame.loc[fill, "rank"] = frame.loc[fill, "group_rank"]
+    return frame
+
+
+def _unnamed(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Lines that name neither their group nor a global rank (torch < 2.2 with no
+    launcher prefix): their ``[Rank N]`` is taken as the global rank when their timeouts
+    all agree on one op and sequence number (one group: most likely the default one)."""
+    anon = (frame["rank"] < 0) & (frame["group_rank"] >= 0) & (frame["pg"] == "")
+    if not anon.any():
+        return frame, ""
+    t = frame[anon & (frame["kind"] == "timeout")]
+    if len({(o, q) for o, q in zip(t["op"], t["seq"], strict=True)}) > 1:
+        return frame, (
+            "timeouts at several sequence numbers name neither their process group nor the "
+            "global rank: their [Rank N] cannot be mapped to global ranks"
+        )
+    frame.loc[anon, "rank"] = frame.loc[anon, "group_rank"]
+    return frame, (
+        "the lines name no process group and no launcher rank: their [Rank N] is taken as "
+        "the global rank (every timeout is the same op and sequence number)"
+    )
+
+
+def _locals(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Lines that give only a local rank (``[default3]:``, NCCL's ``[cudaDev]``, torchrun's
+    old ``local_rank: 3``): the global rank where nothing says the job spans several
+    nodes and the processes' local ranks are distinct (one GPU each)."""
+    todo = (frame["rank"] < 0) & (frame["local_rank"] >= 0)
+    if not todo.any():
+        return frame, ""
+    hosts = {str(h) for h in frame["host"] if str(h)}
+    ranked = frame.loc[frame["rank"] >= 0, "rank"]
+    procs = frame[todo & (frame["pid"] >= 0)].drop_duplicates(["host", "pid"])
+    if len(hosts) > 1 or (len(ranked) and ranked.max() >= 8) or procs["local_rank"].duplicated().any():
+        return frame, ""
+    frame.loc[todo, "rank"] = frame.loc[todo, "local_rank"]
+    frame.loc[todo, "mapped"] = True
+    return frame, "one node seen: a local rank is taken as the global rank"
+
+
 def evidence_of(events: pd.DataFrame) -> Evidence:
     """:class:`Evidence` of a ``log_events`` frame (any subset of its columns' rows)."""
-    frame = events.copy()
+    frame = events.copy().reset_index(drop=True)
     frame["detail"] = [_loads(d) for d in frame.get("detail", pd.Series([], dtype=str))]
+    frame["mapped"] = False  # True: the global rank was read from a local rank
+    frame, assumed = _unnamed(_with_groups(frame))
+    frame, local = _locals(frame)
+    assumed = "; ".join(x for x in (assumed, local) if x)
     named = frame[frame["kind"].isin(NAMED) & (frame["rank"] >= 0)]
     present = {int(r) for r in named["rank"]}
-    ev = Evidence(frame, present)
+    ev = Evidence(frame, present, assumed=assumed)
     sizes = []
     for _, e in frame[frame["kind"] == "world"].iterrows():
         if int(e["code"]) > 0:
@@ -76,12 +141,37 @@ def evidence_of(events: pd.DataFrame) -> Evidence:
         if int(e["code"]) > 0 and e["detail"].get("source") == "fr_trace":
             sizes.append((int(e["code"]), "fr_trace's expected ranks"))
     top = max(present, default=-1) + 1
+    group = _group_size(frame)
+    if group:
+        n, default = group
+        if default:
+            sizes.append((n, "all_gather/reduce_scatter sizes of the default group"))
+        else:
+            top = max(top, n)  # a group is no larger than the world
     if sizes:
         n, src = max(sizes)
         ev.world, ev.world_exact, ev.world_source = max(n, top), n >= top, src
     else:
         ev.world = top
     return ev
+
+
+def _group_size(frame: pd.DataFrame) -> tuple[int, bool] | None:
+    """(members, in the default group) of the largest group whose size a timed-out
+    all_gather (NumelOut / NumelIn) or reduce_scatter (NumelIn / NumelOut) gives."""
+    t = frame[frame["kind"] == "timeout"]
+    best = None
+    for op, nin, nout, pg, name in zip(t["op"], t["numel_in"], t["numel_out"], t["pg"],
+                                       t["pg_name"], strict=True):  # fmt: skip
+        small, big = (nin, nout) if op in ("all_gather", "coalesced") else (nout, nin)
+        if op not in ("all_gather", "coalesced", "reduce_scatter") or not 0 < small < big:
+            continue
+        if big % small or big // small > 100_000:
+            continue
+        n, default = big // small, pg in DEFAULT_PG or name == "default_pg"
+        if best is None or (n, default) > best:
+            best = (n, default)
+    return best
 
 
 def _loads(text) -> dict:

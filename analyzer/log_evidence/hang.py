@@ -33,7 +33,6 @@ CONFIDENCE = {
     "nobody_behind": 0.5,  # every rank present and blocked in one op: communicator/transport
 }
 """How sure each kind of evidence makes the hang finding (0..1)."""
-DEFAULT = ("0", "default_pg")
 
 
 def _key(e: pd.Series) -> str:
@@ -41,37 +40,11 @@ def _key(e: pd.Series) -> str:
 
 
 def _groups(ev: Evidence) -> dict[str, pd.DataFrame]:
-    """Timeouts and status lines per group key, a timeout without a group given its rank's
-    status line's group for the same work."""
-    t = ev.of("timeout", "status").copy()
+    """Timeouts and status lines per group key ("?": lines that name no group)."""
+    t = ev.of("timeout", "status")
     if t.empty:
         return {}
-    status = t[(t["kind"] == "status") & (t["pg"] != "")]
-    pg_of = {(int(r), int(g), int(s)): p for r, g, s, p in
-             zip(status["rank"], status["group_rank"], status["seq"], status["pg"], strict=True)}  # fmt: skip
-    name_of = dict(zip(status["pg"], status["pg_name"], strict=True))
-    for i, e in t[t["pg"] == ""].iterrows():
-        p = pg_of.get((int(e["rank"]), int(e["group_rank"]), int(e["seq"])))
-        if p is not None:
-            t.loc[i, "pg"], t.loc[i, "pg_name"] = p, name_of.get(p, "")
-            if int(e["rank"]) < 0 and (p in DEFAULT or name_of.get(p) == "default_pg"):
-                t.loc[i, "rank"] = e["group_rank"]
     return {k: g for k, g in t.groupby(t.apply(_key, axis=1))}
-
-
-def _unnamed_ranks(rows: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
-    """Lines of no named group and no global rank: their ``[Rank N]`` taken as the global
-    rank only when every such timeout is the same op and sequence (one group, most likely
-    the default one); returns the rows and whether that was assumed."""
-    anon = rows["rank"] < 0
-    if not anon.any():
-        return rows, False
-    ops = {(o, s) for o, s in zip(rows["op"], rows["seq"], strict=True) if o}
-    if len(ops) != 1:
-        return rows, False
-    rows = rows.copy()
-    rows.loc[anon, "rank"] = rows.loc[anon, "group_rank"]
-    return rows, True
 
 
 def _position(rows: pd.DataFrame) -> dict[int, dict]:
@@ -117,16 +90,6 @@ def detect(ev: Evidence, coords: pd.DataFrame) -> tuple[list, list[str]]:
     notes: list[str] = []
     summaries, blocked, odd, behind, evidence = [], set(), {}, {}, {}
     for key, rows in sorted(groups.items(), key=lambda kv: -kv[1]["rank"].nunique()):
-        if key == "?":
-            rows, assumed = _unnamed_ranks(rows)
-            if assumed:
-                notes.append("the timeout lines name no process group: their [Rank N] is "
-                             "taken as the global rank (one op and sequence on every line)")  # fmt: skip
-            elif (rows["rank"] < 0).any():
-                notes.append(
-                    "timeouts at several sequence numbers name neither their process group "
-                    "nor the global rank: their ranks cannot be mapped to global ranks"
-                )
         pos = _position(rows)
         if not pos:
             continue
@@ -142,7 +105,11 @@ def detect(ev: Evidence, coords: pd.DataFrame) -> tuple[list, list[str]]:
         summaries.append(f"{ranks_text(at)} blocked in {where} of {name}")
         evidence[name] = {"seq": seq, "op": op, "blocked": at,
                           "positions": {str(r): p for r, p in sorted(pos.items())[:64]}}  # fmt: skip
+    if ev.assumed:
+        notes.append(ev.assumed)
     if not summaries:
+        if ev.assumed:
+            return [_unmapped(ev, coords, groups)], notes
         return [], notes
     return [_finding(ev, coords, summaries, blocked, odd, behind, evidence)], notes
 
@@ -203,3 +170,18 @@ def _alts(silent: list[int], quiet: list[int]) -> list[str]:
     if quiet:
         out.append(f"{counted(len(quiet), 'rank')} ({span(quiet)}) printed no timeout")
     return out
+
+
+def _unmapped(ev: Evidence, coords, groups: dict) -> object:
+    """Timeouts whose ranks cannot be mapped: still a hang, with no rank named."""
+    t = ev.of("timeout")
+    seqs = sorted({int(q) for q in t["seq"] if int(q) >= 0})
+    ops = sorted({str(o) for o in t["op"] if str(o)})
+    summary = (
+        f"hang: {counted(int(t['count'].sum()), 'watchdog timeout')} ({', '.join(ops) or 'ops'} "
+        f"at sequence numbers {', '.join(map(str, seqs[:6]))}) in process groups the lines do "
+        "not name, on ranks they do not map to global ranks: which rank holds the others "
+        "cannot be told from these lines (each rank's full log, or Flight Recorder dumps, can)"
+    )
+    return finding("hang", "stuck", -1, 0.3, summary,
+                   {"seqs": seqs[:20], "ops": ops, "suspects": []}, coords)  # fmt: skip

@@ -60,7 +60,7 @@ def _network(ev: Evidence, coords) -> list:
         e = rows.iloc[0]
         ranks = sorted({int(r) for r in rows["rank"] if int(r) >= 0})
         if cat == "remote_closed":
-            summary = (f"network: the connection to {', '.join(remote[:4]) or 'a peer'} was "
+            summary = (f"crash: the connection to {', '.join(remote[:4]) or 'a peer'} was "
                        f"closed (seen on {', '.join(hosts[:4]) or 'this host'}): the other end "
                        "most likely went away first; its own log says why")  # fmt: skip
             host = remote[0] if len(remote) == 1 else ""
@@ -70,17 +70,28 @@ def _network(ev: Evidence, coords) -> list:
                        f"{', '.join(hosts[:4]) or 'a host'} warns: {str(e['text'])[:160]}")  # fmt: skip
             host = hosts[0] if len(hosts) == 1 else ""
             rank = ranks[0] if len(ranks) == 1 else -1
-        kind = "crash" if cat == "cuda" else "hardware"
-        out.append(finding(kind, "network" if cat != "cuda" else "cuda_error", rank,
+        kind = "crash" if cat in ("cuda", "remote_closed") else "hardware"
+        cause = {"cuda": "cuda_error", "remote_closed": "peer_gone"}.get(cat, "network")
+        out.append(finding(kind, cause, rank,
                            NET_CONFIDENCE[cat], summary,
                            {"category": cat, "hosts": hosts, "remote": remote,
                             "lines": int(rows["count"].sum()), "suspects": ranks},
                            coords, host=host))  # fmt: skip
     mm = cats[cats["cat"] == "mismatch"]
-    for peer in sorted({int(p) for p in mm["peer"] if int(p) >= 0})[:4]:
-        out.append(finding("desync", "mismatch", peer, 0.45,
+    around = sorted({int(p) for p in mm["peer"] if int(p) >= 0})
+    if len(around) == 1:
+        out.append(finding("desync", "mismatch", around[0], 0.45,
                            f"desync: NCCL detected mismatched collectives at and around rank "
-                           f"{peer}", {"suspects": [peer]}, coords))  # fmt: skip
+                           f"{around[0]}", {"suspects": around}, coords))  # fmt: skip
+    elif around:
+        hosts = sorted({str(h) for h in mm["host"] if str(h)})
+        out.append(finding("hardware", "network", -1, 0.35,
+                           f"network: NCCL on {', '.join(hosts[:4]) or 'several processes'} saw "
+                           f"mismatched collectives around {len(around)} ranks at once "
+                           f"({','.join(map(str, around[:8]))}): data corrupted on the way "
+                           "(the transport: GPUDirect RDMA, IB) rather than one rank's calls",
+                           {"suspects": [], "around": around, "hosts": hosts}, coords,
+                           host=hosts[0] if len(hosts) == 1 else ""))  # fmt: skip
     return out
 
 

@@ -5,7 +5,7 @@ operation counts (``importer/logs/frtrace.py``).
 collective the others did. With a few of many missing, they are the culprits; with
 most missing, their dumps may simply not have been collected. RAS lists the ranks at
 another operation count than the rest: the odd ones out, though which side is stuck
-the counts alone do not say.
+the counts alone do not say. A process RAS cannot reach is dead or unreachable.
 """
 
 from __future__ import annotations
@@ -45,4 +45,13 @@ def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
                            {"communicator": comm, "counts": counts, "suspects": ranks,
                             "hosts": sorted({str(h) for h in rows["host"] if str(h)})},
                            coords))  # fmt: skip
+    gone = ev.where(fm, lambda d: d.get("source") == "ras_unreachable")
+    if not gone.empty:
+        procs = [f"process {int(p)} on {h}" for p, h in zip(gone["pid"], gone["host"], strict=True)]
+        hosts = sorted({str(h) for h in gone["host"]})
+        out.append(finding("crash", "unreachable", -1, 0.35,
+                           f"crash: NCCL RAS got no data from {', '.join(procs[:4])}: that "
+                           "process is dead or unreachable (or RAS itself failed); its host's "
+                           "logs say which", {"suspects": [], "hosts": hosts}, coords,
+                           host=hosts[0] if len(hosts) == 1 else ""))  # fmt: skip
     return out, []

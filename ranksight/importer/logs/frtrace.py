@@ -18,7 +18,9 @@
 Each ``fr_trace`` block is one ``fr_missing`` event (``detail``: missing and expected
 ranks, ``source`` fr_trace); each RAS count whose ranks are listed is one ``fr_missing``
 event too (``detail``: the listed ranks, their operation count and the other counts,
-``source`` ras). Ranks are global in both.
+``source`` ras), and each process RAS could get no data from ("Missing communicator data
+from 1 job process" / "Process 60004 on node 10.4.109.13 managing GPU 0") one with its
+host and pid (``source`` ras_unreachable). Ranks are global in both.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ _WORLD = re.compile(r"^\s*world size:\s*(?P<n>\d+)")
 _LAUNCHED = re.compile(r"(?P<n>\d+) ranks? ha(?:ve|s) launched up to operation (?P<op>\d+)")
 _RAS_RANK = re.compile(r"^\s*Rank (?P<r>\d+) -- GPU (?P<gpu>\d+) managed by process (?P<pid>\d+)"
                        r"(?: on node (?P<node>\S+))?")  # fmt: skip
+_NO_DATA = re.compile(r"Missing communicator data from (?P<n>\d+) job process")
+_PROCESS = re.compile(r"^\s*Process (?P<pid>\d+) on node (?P<node>\S+)(?: managing GPU (?P<gpu>\d+))?")
 _COMM = re.compile(r"^#(?P<comm>\d+-\d+) \((?P<hash>[0-9a-f]+)\)")
 
 
@@ -50,13 +54,15 @@ class Reader:
 
     name = "fr_trace"
     markers = ("Not all ranks joining", "group info:", "collective:", "missing ranks", "expected",
-               "world size", "launched up to operation", " -- GPU ", "#")  # fmt: skip
+               "world size", "launched up to operation", " -- GPU ", "#", "Missing communicator",
+               "Process ")  # fmt: skip
 
     def __init__(self) -> None:
         self.out: list[Event] = []
         self.block: Event | None = None
         self.counts: list[tuple[int, int]] = []  # RAS: (ranks, operation)
         self.comm = ""
+        self.silent = False  # inside RAS's "Missing communicator data from N job process"
 
     def feed(self, line: LogLine) -> None:
         """Take one line of a block."""
@@ -69,6 +75,16 @@ class Reader:
         if m := _COMM.match(t.strip()):
             self.comm, self.counts = m.group("comm"), []
             return
+        if _NO_DATA.search(t):
+            self.silent = True
+            return
+        if (m := _PROCESS.match(t)) and self.silent:
+            self.out.append(Event("fr_missing", host=m.group("node"), pid=int(m.group("pid")),
+                                  line=line.number, text=t,
+                                  detail={"source": "ras_unreachable",
+                                          "gpu": int(m.group("gpu") or -1)}))  # fmt: skip
+            return
+        self.silent = False
         if m := _LAUNCHED.search(t):
             self.counts.append((int(m.group("n")), int(m.group("op"))))
             return
@@ -102,4 +118,4 @@ class Reader:
 
     def finish(self) -> list[Event]:
         """The blocks read (an ``fr_trace`` block without missing ranks is left out)."""
-        return [e for e in self.out if e.detail.get("source") == "ras" or "missing" in e.detail]
+        return [e for e in self.out if e.detail.get("source") != "fr_trace" or "missing" in e.detail]

@@ -31,10 +31,10 @@ _LOCAL = re.compile(r"\[default(?P<local>\d+)\]:\s?")
 _MPI = re.compile(r"\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:\s?")
 _LEAD = re.compile(
     r"^(?:\s+"
-    r"|\[\d+\]\s+(?=\S)"  # a viewer's line number: [80746] [rank0]:...
+    r"|\[\d+\]\s+(?=\[)"  # a viewer's line number: [80746] [rank0]:...
     r"|\d{1,5}:\s+(?=\S)"  # srun --label
     r"|(?P<host>[A-Za-z][\w.-]*[\w]):\s+(?=\[|\d{4}-|[A-Z]\d{4})"  # pdsh: host: [rank3]:
-    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?(?:\s*[|-]?\s*)"  # 2024-05-01 12:00:00,1
+    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?(?:\s*[|:-]?\s*)"  # 2024-05-01 12:00:00,1
     r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?\]\s*"  # [2024-05-01 12:00:00]
     r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d\s+"  # 2025-02-18 12:54
     r"|\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*"  # Ray: (RayWorkerWrapper pid=4009)
@@ -42,6 +42,7 @@ _LEAD = re.compile(
     r"|\[[\w.-]+:\d+\]:(?=\[rank)"  # [alphagpu12:5]:[rank5]:
     r"|[\w.-]+(?:\.nolog)? \[std(?:err|out)\]\s+"  # milabench: host [stderr]
     r"|[>│|]\s+"  # a quote marker, a box's border
+    r"|std(?:err|out):\s+"  # a wrapper's stream tag
     r")"
 )
 _STARTS_NEW = re.compile(
@@ -90,12 +91,20 @@ def split_prefix(raw: str) -> tuple[str, int, int, str]:
     return text, rank, local, host
 
 
+_OPEN_END = re.compile(
+    r"(?:(?:WorkNCCL|NCCL work|enqueued|completed|Fingerprint|[Ww]atchdog|timeout|collective)"
+    r"[^.]*[,:]|\b(?:detected|enqueued|completed|last|NCCL|work|by|at|of|the|for|with|from|"
+    r"is|are|running))\s*$"
+)
+
+
 def _unfinished(text: str) -> bool:
-    """Whether ``text`` stops mid-sentence of a long log line: open parentheses, or a
-    trailing comma or ``:`` of a watchdog or fingerprint line."""
+    """Whether ``text`` stops mid-sentence of a long log line: open parentheses, a
+    trailing comma or ``:`` of a watchdog or fingerprint line, or a word no sentence of
+    theirs ends with (``detected``, ``last enqueued``)."""
     if text.count("(") > text.count(")"):
         return True
-    return bool(re.search(r"(?:WorkNCCL|NCCL work|enqueued|completed|Fingerprint)[^.]*[,:]$", text))
+    return bool(_OPEN_END.search(text))
 
 
 def logical_lines(raw_lines: Iterable[str]) -> Iterator[LogLine]:

@@ -53,6 +53,8 @@ MARKERS = ("NCCL INFO", "NCCL WARN", "NCCL TRACE", "NCCL ERROR")
 NOTES = ("NCCL version", "Channel", " via ", "NET/", "Trees", "Ring")
 """Words of the INFO lines kept as a process's topology notes (``nccl_info`` events)."""
 MAX_NOTES = 10
+MAX_AT = 64
+"""Last calls kept per communicator as opCount -> op (a desync shows in the last ones)."""
 
 
 def warn_category(msg: str) -> str:
@@ -91,6 +93,7 @@ class Reader:
             self._warn(proc, h, msg, line)
         elif m := _CALL.match(msg):
             self._call(proc, m)
+            self.calls[(proc, m.group("comm"))]["dev"] = int(h.group("dev"))
         elif m := _INIT.search(msg):
             self.init.setdefault(proc, {})[m.group("comm")] = (
                 int(m.group("rank")), int(m.group("nranks")), (m.group("bus") or "").lower())
@@ -111,6 +114,9 @@ class Reader:
         c["n"] += 1
         c["top"] = max(c["top"], int(m.group("count"), 16))
         c["last"] = op
+        c.setdefault("at", {})[int(m.group("count"), 16)] = op
+        if len(c["at"]) > MAX_AT:
+            c["at"].pop(next(iter(c["at"])))
         if m.group("nranks"):
             c["nranks"] = int(m.group("nranks"))
 
@@ -120,7 +126,8 @@ class Reader:
         if r := _REMOTE.search(msg):
             detail["remote"] = r.group("addr")
         peer = int(a.group("r")) if (a := _AROUND.search(msg)) else -1
-        self.out.append(Event("nccl_warn", rank=line.rank, host=proc[0], pid=proc[1],
+        self.out.append(Event("nccl_warn", rank=line.rank, local_rank=int(h.group("dev")),
+                              host=proc[0], pid=proc[1],
                               line=line.number, peer=peer, detail=detail, text=msg.strip()))  # fmt: skip
 
     def _rank_of(self, proc: tuple) -> tuple[int, int, str]:
@@ -149,7 +156,9 @@ class Reader:
                 n = c["nranks"] or self.init.get(proc, {}).get(comm, (0, 0, ""))[1]
                 out.append(Event("nccl_calls", rank=rank, host=proc[0], pid=proc[1],
                                  pg=f"comm{k}:n{n}", seq=c["n"] - 1, enqueued=c["top"],
-                                 op=c["last"], detail={"ops": c["ops"], "comm": comm}))  # fmt: skip
+                                 op=c["last"], local_rank=int(c.get("dev", -1)),
+                                 detail={"ops": c["ops"], "comm": comm,
+                                         "at": {str(k): v for k, v in c.get("at", {}).items()}}))  # fmt: skip
         for e in self.out:
             if e.rank < 0:
                 e.rank = self._rank_of((e.host, e.pid))[0]

@@ -18,8 +18,9 @@ from ranksight.torchrun_log import torchrun_failures
 from .events import Event
 from .lines import LogLine
 
-MARKERS = ("exitcode", "Root Cause", "ChildFailedError", "Failures:", "local_rank", "error_file",
+MARKERS = ("srun: error", "exitcode", "Root Cause", "ChildFailedError", "Failures:", "local_rank", "error_file",
            "traceback", "host", "time", "rank", "[")  # fmt: skip
+_SRUN = re.compile(r"srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+)")
 _OLD = re.compile(
     r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)"
 )
@@ -55,6 +56,12 @@ class Reader:
                       host=line.host, line=line.number, code=code, text=line.text,
                       detail={"root_cause": not self.old, "signal": signal_name(code)})
             )  # fmt: skip
+        if m := _SRUN.search(line.text):
+            code = int(x.group(1)) if (x := re.search(r"exit code (\d+)", m.group("what"))) else -1
+            self.old.append(Event("child_failed", host=m.group("host"), line=line.number,
+                                  code=code, text=line.text,
+                                  detail={"source": "srun", "tasks": m.group("tasks"),
+                                          "root_cause": False, "signal": ""}))  # fmt: skip
         t = line.text.strip()
         if re.match(r"(?:\[\d+\]:|time|host|rank|exitcode|error_file|traceback|Root Cause|"
                     r"Failures:|Other Failures)", t):  # fmt: skip
@@ -65,14 +72,20 @@ class Reader:
         """One ``child_failed`` event per failed rank (root cause first)."""
         if not self.block:
             return self.old
-        out = []
-        for f in torchrun_failures("\n".join(self.block)):
-            code = f["exitcode"]
-            out.append(
-                Event("child_failed", rank=f["rank"], local_rank=f.get("local_rank", -1),
-                      host=f["host"], pid=f["pid"], line=self.first, code=code,
-                      text=f"rank {f['rank']} exitcode {code}",
-                      detail={"root_cause": f["root_cause"], "signal": signal_name(code),
-                              "time": f["time"]})
-            )  # fmt: skip
-        return out or self.old
+        out, seen = [], set()
+        text = "\n".join(self.block)
+        for part in re.split(r"\n(?=Failures:)", text):  # two agents' summaries in one log
+            for f in torchrun_failures(part):
+                if (f["rank"], f["host"], f["exitcode"]) not in seen:
+                    seen.add((f["rank"], f["host"], f["exitcode"]))
+                    out.append(f)
+        return [self._event(f) for f in out] or self.old
+
+    def _event(self, f: dict) -> Event:
+        """The ``child_failed`` event of one failure of the summary."""
+        code = f["exitcode"]
+        return Event("child_failed", rank=f["rank"], local_rank=f.get("local_rank", -1),
+                     host=f["host"], pid=f["pid"], line=self.first, code=code,
+                     text=f"rank {f['rank']} exitcode {code}",
+                     detail={"root_cause": f["root_cause"], "signal": signal_name(code),
+                             "time": f["time"]})  # fmt: skip
