@@ -404,7 +404,7 @@ def test_content_not_name_decides(tmp_path) -> None:
     src = realdata("handed", "watchdog_desync_4r", "rank2.log")
     odd = tmp_path / "rank2.pkl"
     shutil.copy(src, odd)
-    assert sniff(str(odd))[0] == "watchdog"
+    assert sniff(str(odd))[0] == "log"
     gz = tmp_path / "whatever.bin"
     gz.write_bytes(
         gzip.compress(open(realdata("nvrx_fr_dumps", "gpu_error_1st", "_dump_0"), "rb").read())
@@ -446,7 +446,7 @@ def test_cli_import_reports_culprit(tmp_path) -> None:
     assert out.returncode == 3, out.stderr
     report = json.loads(out.stdout)
     assert [f["culprit_rank"] for f in report["findings"]] == [2]
-    assert "rank2.log: watchdog rank 2" in out.stderr
+    assert "rank2.log: log rank 2: 1 watchdog timeout" in out.stderr
     missing = subprocess.run(
         [sys.executable, "-m", "ranksight.cli", "import", str(tmp_path / "nope"), "--store", str(tmp_path / "s")],
         capture_output=True, text=True, timeout=120,

@@ -13,10 +13,9 @@ from dataclasses import asdict, dataclass, field
 
 from ranksight.collectors.base import frame
 from ranksight.store import Store
-from ranksight.words import counted
-from ranksight.words import span as _span
 
-from . import fr, kineto, logs, merge, pyspy, sources, wia
+from . import logs, sources
+from .formats import FORMATS, Format
 from .rows import Rows, rank_from_path
 
 _BYTES_PER_ROW = 600
@@ -133,7 +132,7 @@ def import_paths(
         own = getattr(store, "folder", None)  # a chdb store's folder: never an input
         found = sources.find(paths, tmp, skip=[str(own)] if own else [])
         result = ImportResult(run_id, cfg.attempt)
-        state = _State(cfg, _Writer(store, run_id, cfg.attempt), started, on_progress)
+        state = ImportState(cfg, _Writer(store, run_id, cfg.attempt), started, on_progress)
         state.tmp = tmp
         state.total = sum(os.path.getsize(a.path) for a in found if a.kind)
         state.hold_fr = any(a.kind == "kineto" for a in found)
@@ -145,8 +144,9 @@ def import_paths(
     return result
 
 
-class _State:
-    """Rows and per-kind readings while an import runs."""
+class ImportState:
+    """What an import holds while it runs: the rows not yet written, every format's
+    reader (``formats.FORMATS``), and what the run row needs."""
 
     def __init__(self, cfg: ImportConfig, writer: _Writer, ts_ns: int, on_progress) -> None:
         self.cfg, self.writer, self.ts_ns, self.on_progress = cfg, writer, ts_ns, on_progress
@@ -157,22 +157,15 @@ class _State:
         """Presence of ranks whose text said nothing else: kept when other logs speak."""
         self.shown = ""
         """How messages name the file being read."""
-        self.kineto: list[kineto.KinetoRank] = []
-        self.seen: dict[tuple[str, int], str] = {}
-        self.fr_unknown = Rows()
-        self.fr_coll: list[dict] = []
-        """Flight Recorder collective rows, held until the end of the import so that
-        profiler kernels of the same collectives are merged into them (:mod:`.merge`);
-        only when the import has profiler traces (:attr:`hold_fr`)."""
         self.hold_fr = True
         """Whether the import holds profiler traces: else Flight Recorder rows go out with
         the rest, within the memory budget (thousands of dumps of a big job's hang)."""
-        self.fr_ranks: set[int] = set()
         self.partial: dict[int, str] = {}
         """rank -> why its Flight Recorder dump tells nothing of its progress (damaged)."""
-        self.marks: dict[str, dict[str, int]] = {}
         self.mesh: dict = {}
         self.kinds: set[str] = set()
+        self.seen: dict[tuple[str, int], str] = {}
+        self.marks: dict[str, int] = {}
         self.done = 0
         self.total = 0
         self.ranks: dict[int, dict] = {}
@@ -180,25 +173,34 @@ class _State:
         """Log lines that say the job failed (a timeout, a failed rank, a GPU error)."""
         self.tmp = tempfile.gettempdir()
         """Folder for spilled trace data (the import's temporary folder)."""
+        self.world = 0
+        self.readers = {f.kind: f(self) for f in FORMATS}
+
+    def format(self, kind: str) -> Format:
+        """This import's reader of ``kind``."""
+        return self.readers[kind]
 
     def progress(self, n: int, path: str) -> None:
+        """``n`` more bytes of ``path`` read."""
         self.done += n
         if self.on_progress:
             self.on_progress(self.done, self.total, path)
 
     def take(self, art: sources.Artifact) -> FileResult:
+        """Read one artifact with its format's reader; what became of it."""
         if art.kind is None:
             return FileResult(art.name, None, not art.named, f"skipped: {art.why}")
+        reader = self.format(art.kind)
         rank = rank_from_path(art.path)
         size = os.path.getsize(art.path)
-        self._mark(art.kind)
+        self.marks = {t: len(r) for t, r in self.rows.tables.items()}
         self.shown = art.name
         try:
-            message, rank = getattr(self, "_" + art.kind)(art.path, rank)
-            if rank is not None and art.kind not in ("text_log", "pyspy"):
+            message, rank = reader.read(art.path, rank)
+            if rank is not None and reader.one_per_rank:
                 first = self.seen.setdefault((art.kind, rank), art.name)
                 if first != art.name:
-                    self._drop_last(art.kind)
+                    self._drop_last(reader)
                     raise ValueError(
                         f"rank {rank} was already imported from {first}: a second {art.kind} "
                         "file of one rank (another job? import it under its own --run)"
@@ -211,22 +213,19 @@ class _State:
         if message.startswith("skipped: "):
             return FileResult(art.name, None, True, message, rank)
         self.kinds.add(art.kind)
-        if self.rows.count() > self.cfg.max_rows:
-            self._flush()
+        self.flush_if_full()
         return FileResult(art.name, art.kind, True, message, rank)
 
-    def _mark(self, kind: str) -> None:
-        self.marks[kind] = {t: len(r) for t, r in self.rows.tables.items()}
-        self.marks[kind]["__fr_coll__"] = len(self.fr_coll)
-
-    def _drop_last(self, kind: str) -> None:
+    def _drop_last(self, reader: Format) -> None:
         """Forget what the file just read added (a duplicate rank)."""
-        mark = self.marks.get(kind, {})
         for t, rows in self.rows.tables.items():
-            del rows[mark.get(t, 0) :]
-        del self.fr_coll[mark.get("__fr_coll__", 0) :]
-        if kind == "kineto" and self.kineto:
-            self.kineto.pop()
+            del rows[self.marks.get(t, 0) :]
+        reader.forget_last()
+
+    def flush_if_full(self) -> None:
+        """Write the rows held once they pass the memory budget."""
+        if self.rows.count() > self.cfg.max_rows:
+            self._flush()
 
     def _flush(self) -> None:
         for r in self.rows.tables.get("ranks", []):
@@ -241,137 +240,10 @@ class _State:
             if v not in unknown or k not in have:
                 have[k] = v
 
-    def _flight_recorder(self, path: str, rank: int | None) -> tuple[str, int | None]:
-        dump = fr.read(path, rank)
-        if not dump.format:
-            raise ValueError("; ".join(dump.problems))
-        if not (dump.entries or dump.pg_config or dump.pg_status):
-            # another pickle or JSON: counting it as a rank's dump would say the rank issued
-            # nothing, and blame it for every collective of its groups
-            why = "; ".join(dump.problems)
-            raise ValueError(
-                "not a Flight Recorder dump: no entries, pg_config or pg_status"
-                + (f" ({why})" if why else "")
-            )
-        host = self.cfg.host
-        rows = fr.rows_of(dump, host, fr.dump_time(dump, self.ts_ns))
-        cut = fr.damaged(dump)
-        if cut and dump.rank is not None:  # its entries stop short: no progress from it
-            rows.tables.pop("progress", None)
-            self.partial[dump.rank] = cut
-        for table in ("progress", "collectives"):  # members unknown: held for fill_members
-            keep, held = [], self.fr_unknown.tables.setdefault(table, [])
-            for r in rows.tables.get(table, []):
-                (held if r.get("group_ranks") == "" else keep).append(r)
-            rows.tables[table] = keep
-        if self.hold_fr:
-            self.fr_coll.extend(rows.tables.pop("collectives", []))
-        self.rows.merge(rows)
-        if dump.rank is not None:
-            self.fr_ranks.add(dump.rank)
-        problems = "; ".join(dump.problems)
-        if dump.rank is None:
-            problems = (
-                problems + "; " if problems else ""
-            ) + "no rank in the file name: kept as rank -1"
-        note = f"schema {dump.version or '?'}, {counted(len(dump.entries), 'entry', 'entries')}"
-        return (f"{note}: {problems}" if problems else note), dump.rank
-
-    def _text_log(self, path: str, rank: int | None) -> tuple[str, int | None]:
-        events = logs.read_file(path, self.shown)
-        named = sorted({e.rank for e in events if e.rank >= 0})
-        if not named and rank is not None:  # lines name no rank: the file name may
-            for e in events:
-                e.rank = rank if e.rank < 0 and e.kind != "child_failed" else e.rank
-            events.insert(0, logs.Event("present", rank=rank, file=self.shown,
-                                        detail={"source": "file name"}))  # fmt: skip
-            named = [rank]
-        if not logs.says_something(events):
-            self.silent_logs.extend(events)
-            return "skipped: text with no watchdog, NCCL, torchrun, GPU or py-spy lines", (
-                named[0] if len(named) == 1 else None
-            )
-        self.log_events.extend(events)
-        kinds = sorted({e.kind for e in events if e.kind not in ("present", "world")})
-        who = f"ranks {_span(named)}" if len(named) > 1 else ""
-        return f"log: {', '.join(kinds)}" + (f" ({who})" if who else ""), (
-            named[0] if len(named) == 1 else None
-        )
-
-    def _pyspy(self, path: str, rank: int | None) -> tuple[str, int | None]:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-        pid, threads = (
-            pyspy.parse_json(text)
-            if text.lstrip().startswith(("[", "{"))
-            else pyspy.parse_text(text)
-        )
-        self.log_events.append(pyspy.event_of(rank, pid, threads, self.shown))
-        if rank is None:
-            return counted(len(threads), "thread") + ": no rank in the file name", None
-        self.rows.add("stacks", pyspy.row_of(rank, pid, threads, self.cfg.host, self.ts_ns))
-        self.rows.add("ranks", {"rank": rank, "pid": pid, "dp": -1, "tp": -1, "pp": -1})
-        return counted(len(threads), "thread"), rank
-
-    def _kineto(self, path: str, rank: int | None) -> tuple[str, int | None]:
-        fd, spill = tempfile.mkstemp(prefix="compute-", suffix=".f64", dir=self.tmp)
-        os.close(fd)
-        trace = kineto.read(
-            path, rank, self.cfg.chunk_bytes, lambda n: self.progress(n, path), spill=spill
-        )
-        if trace.rank is None:
-            raise ValueError("no rank in distributedInfo or the file name")
-        self.kineto.append(trace)
-        note = (
-            f"{counted(trace.events, 'event')}, {counted(len(trace.steps), 'step')}, "
-            f"{counted(len(trace.collectives), 'collective')}"
-        )
-        return (note + ": " + "; ".join(trace.problems)) if trace.problems else note, trace.rank
-
-    def _wia_trace(self, path: str, rank: int | None) -> tuple[str, int | None]:
-        table = wia.load(path)
-        rows, mesh = wia.rows_of(table, wia.meta_beside(path))
-        self.rows.merge(rows)
-        self.mesh = mesh
-        return (
-            f"{counted(len(table), 'op')}, {counted(len(rows.tables.get('ranks', [])), 'rank')}",
-            None,
-        )
-
     def finish(self, result: ImportResult) -> None:
-        if self.log_events:
-            events = self.log_events + self.silent_logs
-            self.rows.extend("log_events", [e.row() for e in events])
-            seen = sorted({e.rank for e in events if e.rank >= 0})
-            said = [e.code for e in events if e.kind == "world" and e.code > 0]
-            world = max(said + [seen[-1] + 1 if seen else 0])
-            for r in seen:
-                self.rows.add("ranks", {"rank": r, "world_size": world, "dp": -1, "tp": -1, "pp": -1})
-            self.fault_lines = sum(e.count for e in events if e.kind in logs.FAULT_KINDS)
-            notes = {str(e.rank): e.detail["notes"] for e in events if e.kind == "nccl_info"}
-            if notes:
-                result.meta["nccl_notes"] = notes
-        if self.fr_unknown.count():
-            fr.fill_members(self.fr_unknown, sorted(self.fr_ranks))
-            self.fr_coll.extend(self.fr_unknown.tables.pop("collectives", []))
-            self.rows.merge(self.fr_unknown)
-        if self.kineto:
-            result.meta["comm_time_by_op"] = kineto.comm_time_by_op(self.kineto)
-            everyone = sorted({t.rank for t in self.kineto if t.rank is not None})
-            index = merge.fr_index(self.fr_coll)
-            while self.kineto:  # one trace's rows at a time, each trace let go once written
-                trace = self.kineto.pop(0)
-                rows = kineto.rank_rows(trace, everyone)
-                rows.tables["collectives"] = merge.merge_kineto(
-                    rows.tables.get("collectives", []), index
-                )
-                self.rows.merge(rows)
-                if trace.spill and os.path.exists(trace.spill):
-                    os.remove(trace.spill)
-                if self.rows.count() > self.cfg.max_rows:
-                    self._flush()
-        self.rows.extend("collectives", self.fr_coll)
-        self.fr_coll = []
+        """Every format's finish, then the rows left and one ``ranks`` row per rank."""
+        for reader in self.readers.values():
+            reader.finish(result)
         self._flush()
         rows = [{**r, "rank": k} for k, r in sorted(self.ranks.items()) if k >= 0]
         world = max([r.get("world_size", 0) or 0 for r in rows] + [len(rows)], default=0)
@@ -394,7 +266,7 @@ class _State:
         self.world = max(world, int(self.mesh.get("world_size", 0)))
 
 
-def _write_run(store: Store, result: ImportResult, state: _State, started: int) -> None:
+def _write_run(store: Store, result: ImportResult, state: ImportState, started: int) -> None:
     # The run failed where a watchdog timed a collective out (NCCL then tears the process
     # down); dumps and stacks alone may come from a healthy job. A hang is the analyzer's
     # finding either way (the Runs page shows a run with one as hung).

@@ -1,21 +1,7 @@
 """Finding the artifacts in what was given (files, folders, archives) and telling each
-one's kind from its content, not its name.
-
-=================  ============================================================
-kind               recognized by
-=================  ============================================================
-flight_recorder    a pickle (protocol byte 0x80), or JSON with ``entries`` and
-                   ``pg_config``/``version``; gzip-compressed or not
-kineto             JSON with a ``traceEvents`` list (``.json`` or ``.json.gz``)
-wia_trace          a parquet file (``PAR1``) with dp_rank, stage, optype, ... columns
-pyspy              ``Thread N (idle|active...)`` lines, or py-spy's ``--json`` list
-text_log           any other text (gzip or not): a console file, a job log, one
-                   rank's log, ``dmesg``; read line by line by every format of
-                   :mod:`.logs` (watchdog, desync reports, torchrun's summary,
-                   NCCL_DEBUG, fr_trace and RAS output, GPU errors). One that
-                   says nothing of these still shows who was there, when other
-                   logs are imported with it
-=================  ============================================================
+one's kind from its content, not its name: the first format of ``formats.FORMATS``
+(Flight Recorder dumps, Kineto traces, What-if Analysis traces, py-spy dumps, and text
+logs as the fallback) that recognizes a file's first 64 KiB takes it.
 
 Archives (tar of any compression, zip) are told by content too, and unpacked. Anything
 else in a folder is skipped and listed; a file named on the command line that is no
@@ -28,7 +14,6 @@ import dataclasses
 import gzip
 import lzma
 import os
-import re
 import tarfile
 import tempfile
 import zipfile
@@ -76,50 +61,26 @@ def head_of(path: str) -> bytes:
 
 
 def sniff(path: str) -> tuple[str | None, str]:
-    """(kind, reason) for the file at ``path`` (see the module table)."""
+    """(kind, reason) for the file at ``path``: the first registered format that
+    recognizes its first 64 KiB (``formats.FORMATS``), else (None, why it is none)."""
+    from .formats import FORMATS
+
     try:
         head = head_of(path)
     except OSError as exc:
         return None, f"cannot read: {exc.strerror or exc}"
     if not head.strip():
         return None, "empty file"
-    if head[:4] == b"PAR1":
-        return "wia_trace", ""
-    if head[:1] == b"\x80":
-        return "flight_recorder", ""
     text = head.decode("utf-8", errors="replace")
-    stripped = text.lstrip()
-    if stripped.startswith("{"):
-        if '"traceEvents"' in text:
-            return "kineto", ""
-        if '"entries"' in text or '"pg_config"' in text:
-            return "flight_recorder", ""
-        if '"schemaVersion"' in text and (
-            '"deviceProperties"' in text or '"distributedInfo"' in text
-        ):
-            return "kineto", ""  # traceEvents beyond the first 64 KiB
+    for fmt in FORMATS:
+        got = fmt.recognize(head, text)
+        if got == "":
+            return fmt.kind, ""
+        if got:
+            return None, got
+    if text.lstrip().startswith("{"):
         return None, "JSON, but neither a Kineto trace nor a Flight Recorder dump"
-    if stripped.startswith("[") and '"thread_name"' in text and '"frames"' in text:
-        return "pyspy", ""
-    if re.search(r"^Thread (0x[0-9A-Fa-f]+|\d+) \((idle|active)", text, re.M):
-        return "pyspy", ""
-    if re.match(r"\s*(trial_name|dp_size|pp_size)\s*:", text) or (
-        "dp_size:" in text and "pp_size:" in text
-    ):
-        return None, "What-if Analysis run description (read with its trace)"
-    if "\x00" in text[:4096]:
-        return None, "binary data of no known kind"
-    return _scan_text(path)
-
-
-def _scan_text(path: str) -> tuple[str | None, str]:
-    """Any other text is a log: what its lines say is read by :mod:`.logs`."""
-    return "text_log", ""
-
-
-def _is_gz(path: str) -> bool:
-    with open(path, "rb") as f:
-        return f.read(2) == b"\x1f\x8b"
+    return None, "binary data of no known kind"
 
 
 def is_archive(path: str) -> bool:

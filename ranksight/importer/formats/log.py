@@ -1,0 +1,75 @@
+"""Text logs: a console file, a job log, one rank's log, ``dmesg``; read line by line by
+every line format of :mod:`ranksight.importer.logs` into ``log_events`` rows."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ranksight.words import counted, span
+
+from .. import logs
+from .base import Format
+
+WORDS = {"timeout": ("watchdog timeout", None), "status": ("watchdog status line", None),
+         "desync_report": ("desync report line", None), "mismatch": ("fingerprint mismatch", "fingerprint mismatches"),
+         "child_failed": ("failed rank", None), "nccl_calls": ("NCCL communicator", None),
+         "nccl_warn": ("NCCL warning", None), "fr_missing": ("fr_trace/RAS line", None),
+         "gpu_error": ("GPU error", None), "exception": ("exception", None),
+         "stack": ("stack", None), "nccl_info": ("NCCL topology note", None)}  # fmt: skip
+"""How a file's message counts each kind of event."""
+
+
+class TextLog(Format):
+    """Any other text (the fallback: registered last)."""
+
+    kind = "log"
+
+    @staticmethod
+    def recognize(head: bytes, text: str) -> str | None:
+        """Any text that is not JSON or binary."""
+        if text.lstrip().startswith("{"):
+            return None
+        return None if "\x00" in text[:4096] else ""
+
+    def read(self, path: str, rank: int | None) -> tuple[str, int | None]:
+        """One file's events. The rank in the file name is used only where no line names
+        a rank (a number in a file name never overrides the rank written in the line)."""
+        st = self.state
+        events = logs.read_file(path, st.shown)
+        named = sorted({e.rank for e in events if e.rank >= 0})
+        if not named and rank is not None:
+            for e in events:
+                e.rank = rank if e.rank < 0 and e.kind != "child_failed" else e.rank
+            events.insert(0, logs.Event("present", rank=rank, file=st.shown,
+                                        detail={"source": "file name"}))  # fmt: skip
+            named = [rank]
+        one = named[0] if len(named) == 1 else None
+        if not logs.says_something(events):
+            st.silent_logs.extend(events)
+            return "skipped: text with no watchdog, NCCL, torchrun, GPU or py-spy lines", one
+        st.log_events.extend(events)
+        kinds = Counter()
+        for e in events:
+            if e.kind in WORDS:
+                kinds[e.kind] += e.count
+        said = ", ".join(counted(n, *WORDS[k]) for k, n in kinds.most_common())
+        who = f" (ranks {span(named)})" if len(named) > 1 else ""
+        return said + who, one
+
+    def finish(self, result) -> None:
+        """The ``log_events`` rows (with the presence of silent ranks' files, when other
+        logs speak), a ``ranks`` row per rank named, and NCCL's topology notes."""
+        st = self.state
+        if not st.log_events:
+            return
+        events = st.log_events + st.silent_logs
+        st.rows.extend("log_events", [e.row() for e in events])
+        seen = sorted({e.rank for e in events if e.rank >= 0})
+        said = [e.code for e in events if e.kind == "world" and e.code > 0]
+        world = max(said + [seen[-1] + 1 if seen else 0])
+        for r in seen:
+            st.rows.add("ranks", {"rank": r, "world_size": world, "dp": -1, "tp": -1, "pp": -1})
+        st.fault_lines = sum(e.count for e in events if e.kind in logs.FAULT_KINDS)
+        notes = {str(e.rank): e.detail["notes"] for e in events if e.kind == "nccl_info"}
+        if notes:
+            result.meta["nccl_notes"] = notes

@@ -1,0 +1,45 @@
+"""py-spy dumps (``py-spy dump`` text or ``--json``): one process's threads -> a
+``stacks`` row (rank from the file name) and a ``stack`` log event (with or without a
+rank: one rank's view is evidence too; :mod:`ranksight.importer.pyspy`)."""
+
+from __future__ import annotations
+
+import re
+
+from ranksight.words import counted
+
+from .. import pyspy
+from .base import Format
+
+_THREAD = re.compile(r"^Thread (0x[0-9A-Fa-f]+|\d+) \((idle|active)", re.M)
+
+
+class PySpy(Format):
+    """py-spy dumps."""
+
+    kind = "pyspy"
+
+    @staticmethod
+    def recognize(head: bytes, text: str) -> str | None:
+        """``Thread N (idle|active...)`` lines, or py-spy's JSON list of threads."""
+        s = text.lstrip()
+        if s.startswith("[") and '"thread_name"' in text and '"frames"' in text:
+            return ""
+        return "" if _THREAD.search(text) else None
+
+    def read(self, path: str, rank: int | None) -> tuple[str, int | None]:
+        """One dump. Raises ValueError if it has no thread."""
+        st = self.state
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        pid, threads = (
+            pyspy.parse_json(text)
+            if text.lstrip().startswith(("[", "{"))
+            else pyspy.parse_text(text)
+        )
+        st.log_events.append(pyspy.event_of(rank, pid, threads, st.shown))
+        if rank is None:
+            return counted(len(threads), "thread") + ": no rank in the file name", None
+        st.rows.add("stacks", pyspy.row_of(rank, pid, threads, st.cfg.host, st.ts_ns))
+        st.rows.add("ranks", {"rank": rank, "pid": pid, "dp": -1, "tp": -1, "pp": -1})
+        return counted(len(threads), "thread"), rank

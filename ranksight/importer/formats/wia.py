@@ -1,0 +1,39 @@
+"""What-if Analysis traces (ByteDance-Seed/StragglerAnalysis's parquet, with its
+``meta-*.yaml`` beside it): ops of every recorded worker (:mod:`ranksight.importer.wia`)."""
+
+from __future__ import annotations
+
+import re
+
+from ranksight.words import counted
+
+from .. import wia
+from .base import Format
+
+
+class WhatIf(Format):
+    """A What-if Analysis trace: the job's mesh comes with it."""
+
+    kind = "wia_trace"
+
+    @staticmethod
+    def recognize(head: bytes, text: str) -> str | None:
+        """Parquet (``PAR1``); its YAML run description is skipped (read with the trace)."""
+        if head[:4] == b"PAR1":
+            return ""
+        if re.match(r"\s*(trial_name|dp_size|pp_size)\s*:", text) or (
+            "dp_size:" in text and "pp_size:" in text
+        ):
+            return "What-if Analysis run description (read with its trace)"
+        return None
+
+    def read(self, path: str, rank: int | None) -> tuple[str, int | None]:
+        """The whole trace. Raises ValueError if its columns are not What-if Analysis's."""
+        table = wia.load(path)
+        rows, mesh = wia.rows_of(table, wia.meta_beside(path))
+        self.state.rows.merge(rows)
+        self.state.mesh = mesh
+        return (
+            f"{counted(len(table), 'op')}, {counted(len(rows.tables.get('ranks', [])), 'rank')}",
+            None,
+        )
