@@ -6,12 +6,14 @@ import json
 from dataclasses import asdict
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
 from ranksight.analyzer import Analysis, Finding
 from ranksight.analyzer.findings import NOT_FAULTS
-from ranksight.words import counted
+from ranksight.analyzer.imported import is_imported
+from ranksight.words import counted, span
 
 EXIT_CLEAN = 0
 """``ranksight report`` / ``demo`` exit code when no culprit was found."""
@@ -19,6 +21,12 @@ EXIT_CULPRIT = 3
 """Exit code when at least one culprit was found (1 is an error, 2 a usage error)."""
 
 FORMATS = ("text", "json", "markdown")
+UNDECIDED = (
+    "these artifacts show no timeout, error or failure, and no rank behind the others: "
+    "whether the job hung, and where, cannot be told from them (each rank's own log, a "
+    "Flight Recorder dump or py-spy stacks of every rank can)"
+)
+"""What the report says of an imported run whose artifacts show no fault."""
 
 
 def signature(analysis: Analysis) -> list[tuple]:
@@ -112,12 +120,14 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
             f"({counted(c['samples_per_rank'], 'collective')} per rank)[/]"
         )
     for note in analysis.notes:
-        console.print(f"[dim]note: {note}[/]")
+        console.print(f"[dim]note: {escape(note)}[/]")
     if not analysis.findings:
         verdict = (
             "[green]No culprit found[/]: every rank is within the threshold of its "
             "same-stage peers."
             if analysis.steps_analyzed
+            else f"[yellow]Undecided[/]: {UNDECIDED}"
+            if is_imported(run or {})
             else "[yellow]No step records to compare ranks on[/] in this window (or none "
             "recorded yet); no hang, crash or desync in what there is."
         )
@@ -128,7 +138,7 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
             f"#{i} {f.kind}: {_who(f)} — cause: {f.cause} "
             f"(confidence {f.confidence:.2f}, impact {f.impact_pct:.0f}%)"
         )
-        console.print(Panel(f.summary, title=title, border_style="red"))
+        console.print(Panel(escape(f.summary), title=escape(title), border_style="red"))
         if f.kind != "straggler":
             _print_evidence(f, console)
             continue
@@ -153,11 +163,24 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
         )
 
 
+TEXT_HIDDEN = ("groups", "positions", "pairs", "hang", "frames")
+"""Evidence keys the text report leaves to ``--format json`` (per-rank detail)."""
+
+
 def _print_evidence(f: Finding, console: Console) -> None:
-    """Evidence of a non-straggler finding, one line per key (nested values as JSON)."""
+    """Evidence of a non-straggler finding, one line per key (nested values as JSON; rank
+    lists written as ranges; per-rank detail only in JSON); text from a job's log is
+    printed as it is, never read as markup."""
     for key, value in f.evidence.items():
-        text = value if isinstance(value, (int, float, str)) else json.dumps(value, default=str)
-        console.print(f"  {key}: {text}", soft_wrap=True)
+        if key in TEXT_HIDDEN or value in ([], "", None):
+            continue
+        if key in ("suspects", "silent", "no_timeout", "blocked") and isinstance(value, list):
+            text = span(value)
+        elif key == "alternatives" and isinstance(value, list):
+            text = "; ".join(str(v) for v in value)
+        else:
+            text = value if isinstance(value, (int, float, str)) else json.dumps(value, default=str)
+        console.print(f"  {key}: {escape(str(text))}", soft_wrap=True)
 
 
 def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
@@ -173,6 +196,8 @@ def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
         lines.append(
             "**No culprit found.**"
             if analysis.steps_analyzed
+            else f"**Undecided:** {UNDECIDED}"
+            if is_imported(run or {})
             else "**No step records to compare ranks on; no hang, crash or desync.**"
         )
     for i, f in enumerate(analysis.findings, 1):

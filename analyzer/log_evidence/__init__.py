@@ -10,7 +10,11 @@ ranks, possibly empty) and stays below 0.7 confidence unless the lines decide it
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
+
+from ranksight.words import span
 
 from . import calls, crash, desync, hang, hardware, reported, stacks
 from .evidence import Evidence, evidence_of
@@ -33,20 +37,38 @@ def log_findings(events: pd.DataFrame, coords: pd.DataFrame) -> tuple[list, list
         findings += f
         notes += n
     if missing := ev.missing():
-        notes.append(f"no line from ranks {_span(missing)} ({ev.world_note()})")
-    return sorted(findings, key=_rank), notes
+        notes.append(f"no line from ranks {span(missing)} ({ev.world_note()})")
+    return _fold(sorted(findings, key=_rank), notes), notes
+
+
+FOLD_CONFIDENCE = 0.45
+"""A cause this sure takes in the hang it explains (the hang names no rank of its own)."""
+
+
+def _fold(findings: list, notes: list[str]) -> list:
+    """The hang a desync, a hardware error or a crash explains goes into its evidence (as
+    ``analyzer/diagnose.py`` folds a live hang into its desync)."""
+    cause = next((f for f in findings if f.kind in ("desync", "hardware", "crash")
+                  and f.confidence >= FOLD_CONFIDENCE), None)  # fmt: skip
+    if cause is None:
+        return findings
+    hangs = [f for f in findings if f.kind == "hang" and f.culprit_rank < 0]
+    if not hangs:
+        return findings
+    out = []
+    for f in findings:
+        if f is cause:
+            f = dataclasses.replace(f, evidence={**f.evidence, "hang": [h.summary for h in hangs]})
+        if f not in hangs:
+            out.append(f)
+    notes.append(f"the hang is the {cause.kind}'s consequence: {hangs[0].summary}")
+    return out
 
 
 def _rank(f) -> tuple:
     weak = f.confidence < 0.35  # a weak cause does not lead a strong consequence
     order = ORDER.index(f.kind) if f.kind in ORDER else len(ORDER)
     return (weak, order, -f.confidence)
-
-
-def _span(ranks: list[int]) -> str:
-    from ranksight.words import span
-
-    return span(ranks)
 
 
 __all__ = ["DETECTORS", "Evidence", "evidence_of", "log_findings"]

@@ -34,7 +34,9 @@ def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
     if not cf.empty:
         return _child_failed(ev, cf, hung, coords)
     if not srun.empty:
-        tasks = ", ".join(f"{h}: tasks {d['tasks']}" for h, d in zip(srun["host"], srun["detail"], strict=True))
+        tasks = ", ".join(
+            f"{h}: tasks {d['tasks']}" for h, d in zip(srun["host"], srun["detail"], strict=True)
+        )
         return [finding("crash", "exit_code", -1, 0.3,
                         f"crash: srun reports tasks that exited with an error ({tasks[:200]}); "
                         "srun task ids are not ranks, and many tasks failing at once points at "
@@ -61,7 +63,9 @@ def _child_failed(ev: Evidence, cf, hung: bool, coords) -> tuple[list, list[str]
                    "waiting, not at fault; the rank or link it waited for is not in these lines")  # fmt: skip
         kind, cause, culprit, conf = "hang", "watchdog_abort", -1, 0.3
     else:
-        summary = f"crash: {who}{host} {_how(code, sig)}: torchrun's first observed failure{note}{after}"
+        summary = (
+            f"crash: {who}{host} {_how(code, sig)}: torchrun's first observed failure{note}{after}"
+        )
         kind, cause, culprit = "crash", "signal" if sig else "exit_code", rank
         conf = 0.6 if rank >= 0 and not note else 0.45 if rank >= 0 else 0.35
         if hung:

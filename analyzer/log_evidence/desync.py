@@ -41,9 +41,8 @@ def _reports(ev: Evidence, coords) -> list:
     where = f" (it did not join collective #{seqs[0]}, counted from 1)" if seqs else ""
     out = []
     for r in ranks:
-        summary = (
-            f"desync: PyTorch's desync report names rank {r} as the lagging rank{where}"
-            + (f"; {ranks_text(waiting)} joined and are waiting" if waiting else "")
+        summary = f"desync: PyTorch's desync report names rank {r} as the lagging rank{where}" + (
+            f"; {ranks_text(waiting)} joined and are waiting" if waiting else ""
         )
         conf = 0.8 if len(ranks) <= 2 else 0.6
         out.append(finding("desync", "lagging", r, conf, summary,

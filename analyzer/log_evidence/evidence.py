@@ -115,7 +115,11 @@ def _locals(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     hosts = {str(h) for h in frame["host"] if str(h)}
     ranked = frame.loc[frame["rank"] >= 0, "rank"]
     procs = frame[todo & (frame["pid"] >= 0)].drop_duplicates(["host", "pid"])
-    if len(hosts) > 1 or (len(ranked) and ranked.max() >= 8) or procs["local_rank"].duplicated().any():
+    if (
+        len(hosts) > 1
+        or (len(ranked) and ranked.max() >= 8)
+        or procs["local_rank"].duplicated().any()
+    ):
         return frame, ""
     frame.loc[todo, "rank"] = frame.loc[todo, "local_rank"]
     frame.loc[todo, "mapped"] = True

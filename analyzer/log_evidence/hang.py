@@ -120,7 +120,9 @@ def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
     main = next(iter(evidence.values()))
     base = {"seq": main["seq"], "op": main["op"], "groups": evidence, "silent": silent,
             "no_timeout": quiet, "world_size": ev.world, "world_exact": ev.world_exact}  # fmt: skip
-    head = "; ".join(summaries[:4]) + (f"; and {len(summaries) - 4} more groups" if len(summaries) > 4 else "")
+    head = "; ".join(summaries[:4]) + (
+        f"; and {len(summaries) - 4} more groups" if len(summaries) > 4 else ""
+    )
     if behind or odd:
         culprits = sorted(set(behind) | set(odd))
         why = [f"rank {r} never enqueued #{s} of {g} (its last enqueued is #{e})"

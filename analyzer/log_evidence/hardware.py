@@ -32,7 +32,9 @@ def _gpu(ev: Evidence, coords) -> list:
         ranks = sorted({int(r) for r in rows["rank"] if int(r) >= 0})
         rank = ranks[0] if len(ranks) == 1 else -1
         what = f"XID {int(e['code'])}" if cat == "xid" and int(e["code"]) >= 0 else cat.upper()
-        where = " ".join(x for x in (f"on {host}" if host else "", f"GPU {dev}" if dev else "") if x)
+        where = " ".join(
+            x for x in (f"on {host}" if host else "", f"GPU {dev}" if dev else "") if x
+        )
         who = f"rank {rank}'s GPU" if rank >= 0 else "a GPU"
         kind = "hardware" if hard else "crash"
         summary = (f"{'hardware' if hard else 'GPU error'}: {who} {where} reported {what}: "

@@ -21,7 +21,9 @@ def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
     for _, e in fr.iterrows():
         missing = sorted(e["detail"].get("missing", []))
         expected = int(e["code"]) if int(e["code"]) > 0 else ev.world
-        where = f"{e['op'] or 'collective'} #{int(e['seq'])}" + (f" of group {e['pg']}" if e["pg"] else "")
+        where = f"{e['op'] or 'collective'} #{int(e['seq'])}" + (
+            f" of group {e['pg']}" if e["pg"] else ""
+        )
         few = expected and len(missing) * 2 <= expected
         conf = (0.7 if len(missing) == 1 else 0.55) if few else 0.3
         summary = (f"hang: fr_trace finds {ranks_text(missing)} missing from {where}"

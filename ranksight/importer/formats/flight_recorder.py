@@ -33,8 +33,10 @@ class FlightRecorder(Format):
         """A pickle (protocol byte 0x80), or JSON with ``entries`` or ``pg_config``."""
         if head[:1] == b"\x80":
             return ""
-        if text.lstrip().startswith("{") and '"traceEvents"' not in text and (
-            '"entries"' in text or '"pg_config"' in text
+        if (
+            text.lstrip().startswith("{")
+            and '"traceEvents"' not in text
+            and ('"entries"' in text or '"pg_config"' in text)
         ):
             return ""
         return None

@@ -77,4 +77,12 @@ def says_something(events: list[Event]) -> bool:
     return any(e.kind not in ("present", "world") for e in events)
 
 
-__all__ = ["FAULT_KINDS", "Event", "LINE_FORMATS", "LogLine", "read_file", "read_lines", "says_something"]
+__all__ = [
+    "FAULT_KINDS",
+    "Event",
+    "LINE_FORMATS",
+    "LogLine",
+    "read_file",
+    "read_lines",
+    "says_something",
+]

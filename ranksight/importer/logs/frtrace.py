@@ -41,7 +41,9 @@ _LAUNCHED = re.compile(r"(?P<n>\d+) ranks? ha(?:ve|s) launched up to operation (
 _RAS_RANK = re.compile(r"^\s*Rank (?P<r>\d+) -- GPU (?P<gpu>\d+) managed by process (?P<pid>\d+)"
                        r"(?: on node (?P<node>\S+))?")  # fmt: skip
 _NO_DATA = re.compile(r"Missing communicator data from (?P<n>\d+) job process")
-_PROCESS = re.compile(r"^\s*Process (?P<pid>\d+) on node (?P<node>\S+)(?: managing GPU (?P<gpu>\d+))?")
+_PROCESS = re.compile(
+    r"^\s*Process (?P<pid>\d+) on node (?P<node>\S+)(?: managing GPU (?P<gpu>\d+))?"
+)
 _COMM = re.compile(r"^#(?P<comm>\d+-\d+) \((?P<hash>[0-9a-f]+)\)")
 
 
@@ -118,4 +120,6 @@ class Reader:
 
     def finish(self) -> list[Event]:
         """The blocks read (an ``fr_trace`` block without missing ranks is left out)."""
-        return [e for e in self.out if e.detail.get("source") != "fr_trace" or "missing" in e.detail]
+        return [
+            e for e in self.out if e.detail.get("source") != "fr_trace" or "missing" in e.detail
+        ]

@@ -60,8 +60,14 @@ def parse(line: LogLine) -> list[Event]:
     t = line.text
     host = line.host or ((m.group("host")) if (m := _SYSLOG.search(t)) else "")
     grank = int(m.group(1)) if (m := re.search(r"\[Rank (\d+)\]", t)) else -1
-    base = dict(rank=line.rank, local_rank=line.local_rank, group_rank=grank, host=host,
-                line=line.number, text=t)
+    base = dict(
+        rank=line.rank,
+        local_rank=line.local_rank,
+        group_rank=grank,
+        host=host,
+        line=line.number,
+        text=t,
+    )
     if m := _XID.search(t):
         xid = int(m.group("xid"))
         return [Event("gpu_error", **base, code=xid,

@@ -117,8 +117,11 @@ def logical_lines(raw_lines: Iterable[str]) -> Iterator[LogLine]:
         if pending:
             same = rank in (-1, pending[2]) and not _STARTS_NEW.match(raw.lstrip())
             if same and pending[5] < MAX_JOIN and _unfinished(pending[0]) and text.strip():
-                pending[0] = pending[0] + text.strip() if pending[0].endswith(
-                    ("(", "=", "_")) else pending[0].rstrip() + " " + text.strip()
+                pending[0] = (
+                    pending[0] + text.strip()
+                    if pending[0].endswith(("(", "=", "_"))
+                    else pending[0].rstrip() + " " + text.strip()
+                )
                 pending[5] += 1
                 continue
             yield LogLine(pending[0], pending[1], pending[2], pending[3], pending[4])

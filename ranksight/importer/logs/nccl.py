@@ -96,7 +96,10 @@ class Reader:
             self.calls[(proc, m.group("comm"))]["dev"] = int(h.group("dev"))
         elif m := _INIT.search(msg):
             self.init.setdefault(proc, {})[m.group("comm")] = (
-                int(m.group("rank")), int(m.group("nranks")), (m.group("bus") or "").lower())
+                int(m.group("rank")),
+                int(m.group("nranks")),
+                (m.group("bus") or "").lower(),
+            )
         elif any(n in msg for n in NOTES):
             notes = self.notes.setdefault(proc, [])
             if len(notes) < MAX_NOTES:
