@@ -37,6 +37,13 @@ STACK_CAUSES = (
 """Stack keywords -> cause, first match wins (innermost frames first)."""
 
 
+STOPPED_STRONG = 0.85
+"""Confidence of "stopped completing" when few of the ranks did (at most a quarter of
+those with a dump) and two or more others completed the op: 2 of 16 is strong."""
+STOPPED_WEAK = 0.6
+"""... and when the evidence is thinner (1 of 3 ranks): one hypothesis among others."""
+
+
 def _members(text: str) -> list[int]:
     return [int(x) for x in str(text).split(",") if x.strip().lstrip("-").isdigit()]
 
@@ -62,11 +69,12 @@ def stopped_completing(latest: pd.DataFrame) -> dict[int, dict]:
     return out
 
 
-def never_entered(latest: pd.DataFrame, with_evidence: set[int]) -> tuple[dict[int, dict], dict]:
+def never_entered(latest: pd.DataFrame) -> tuple[dict[int, dict], dict]:
     """(rank -> {group_id, seq, waiting}, undecided group -> ranks without evidence):
     members of a group that issued fewer ops than the most any member issued. Members with
-    no row but with other evidence (a log, a dump) issued nothing; members with no
-    evidence at all are undecided."""
+    no row for the group are undecided, with a dump or not: a Flight Recorder ring holds
+    only its latest entries (and some dumps only the unfinished ones), so a ring with no
+    recent entry of a group says nothing of how far the rank got there."""
     out: dict[int, dict] = {}
     undecided: dict[str, list[int]] = {}
     coll = latest[latest["direction"] == ""]
@@ -75,10 +83,7 @@ def never_entered(latest: pd.DataFrame, with_evidence: set[int]) -> tuple[dict[i
         top = max(issued.values())
         for m in _members(rows["members"].iloc[0]):
             if m not in issued:
-                if m in with_evidence:
-                    issued[m] = -1
-                else:
-                    undecided.setdefault(gid, []).append(m)
+                undecided.setdefault(gid, []).append(m)
         waiting = sorted(r for r, n in issued.items() if n == top)
         at_top = rows[rows["issued"] == top]
         done = at_top["completed"]
@@ -159,7 +164,7 @@ def postmortem_findings(
     ]
     stack_of = odd_stacks(stacks)
     stopped = stopped_completing(latest) if not latest.empty else {}
-    behind, undecided = never_entered(latest, have) if not latest.empty else ({}, {})
+    behind, undecided = never_entered(latest) if not latest.empty else ({}, {})
     for r, e in sorted(stopped.items()):
         summary = (
             f"rank {r} stopped completing work: it issued {e['op'] or 'op'} #{e['seq']} in "
@@ -167,7 +172,15 @@ def postmortem_findings(
             f"completed op is #{e['own_completed']} (issued up to #{e['own_issued']}); a GPU "
             "or communicator failure on this rank, not a missing call"
         )
-        findings.append(_finding(r, coords, "stopped_completing", summary, e, 0.85))
+        strong = len(stopped) * 4 <= len(have) and len(e["completed_by"]) >= 2
+        alts = [
+            "the op's completion was not yet recorded when the dump was taken (a dump "
+            "taken mid-op, or TORCH_NCCL_ENABLE_TIMING off)",
+            "a collective's root (broadcast, reduce) may finish before its receivers",
+        ]  # fmt: skip
+        findings.append(_finding(r, coords, "stopped_completing", summary,
+                                 {**e, "alternatives": alts, "suspects": [r]},
+                                 STOPPED_STRONG if strong else STOPPED_WEAK))  # fmt: skip
     if not stopped:
         for r, e in sorted(behind.items()):
             stack = stack_of.pop(r, None)

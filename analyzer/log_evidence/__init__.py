@@ -14,10 +14,8 @@ import dataclasses
 
 import pandas as pd
 
-from ranksight.words import span
-
 from . import calls, crash, desync, hang, hardware, reported, stacks
-from .evidence import Evidence, evidence_of
+from .evidence import Evidence, evidence_of, ranks_text
 
 DETECTORS = (hardware, desync, crash, reported, hang, calls, stacks)
 """Every log detector, each a module with ``detect``."""
@@ -37,7 +35,7 @@ def log_findings(events: pd.DataFrame, coords: pd.DataFrame) -> tuple[list, list
         findings += f
         notes += n
     if missing := ev.missing():
-        notes.append(f"no line from ranks {span(missing)} ({ev.world_note()})")
+        notes.append(f"no line from {ranks_text(missing)}. {ev.world_note()}")
     return _fold(sorted(findings, key=_rank), notes), notes
 
 

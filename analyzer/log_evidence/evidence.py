@@ -52,24 +52,26 @@ class Evidence:
         return sorted(set(range(self.world)) - self.present)
 
     def world_note(self) -> str:
-        """How the world size is known, for a finding's text."""
+        """How the world size is known, as a sentence for a finding's text."""
         if not self.world:
-            return "the world size is not in the lines"
+            return "The lines do not say the world size."
         if self.world_exact:
-            return f"world size {self.world} ({self.world_source})"
+            return f"World size {self.world}, from {self.world_source}."
         return (
-            f"world size at least {self.world} (the highest rank seen); ranks above "
-            f"{self.world - 1} cannot be told apart from ranks that do not exist"
+            f"World size at least {self.world}, the highest rank seen: ranks above "
+            f"{self.world - 1} may exist and be silent too."
         )
 
 
 DEFAULT_PG = ("0", "default_pg")
+"""How the default process group is named: uid 0, description ``default_pg``."""
 
 
 def _with_groups(frame: pd.DataFrame) -> pd.DataFrame:
     """A timeout line that names no group takes the group of its rank's status line for
-    the same work (torch 2.2-2.4 print them as two lines); in the default group the rank
-    inside it is the global rank."""
+    the same work (torch 2.2-2.4 print them as two lines), else the one named group any
+    rank is at with that sequence number; in the default group the rank inside it is the
+    global rank."""
     st = frame[(frame["kind"] == "status") & (frame["pg"] != "")]
     pg_of = {(int(r), int(g), int(q)): p for r, g, q, p in
              zip(st["rank"], st["group_rank"], st["seq"], st["pg"], strict=True)}  # fmt: skip
@@ -78,6 +80,15 @@ def _with_groups(frame: pd.DataFrame) -> pd.DataFrame:
     for i, e in todo.iterrows():
         p = pg_of.get((int(e["rank"]), int(e["group_rank"]), int(e["seq"])))
         if p is not None:
+            frame.loc[i, "pg"], frame.loc[i, "pg_name"] = p, name_of.get(p, "")
+    named = frame[frame["kind"].isin(("timeout", "status")) & (frame["pg"] != "")]
+    at_seq: dict[int, set] = {}
+    for q, p in zip(named["seq"], named["pg"], strict=True):
+        at_seq.setdefault(int(q), set()).add(p)
+    for i, e in frame[(frame["kind"] == "timeout") & (frame["pg"] == "")].iterrows():
+        groups = at_seq.get(int(e["seq"]), set())
+        if len(groups) == 1 and int(e["seq"]) >= 0:  # the one group at that sequence number
+            p = next(iter(groups))
             frame.loc[i, "pg"], frame.loc[i, "pg_name"] = p, name_of.get(p, "")
     default = frame["pg"].isin(DEFAULT_PG) | (frame["pg_name"] == "default_pg")
     fill = default & (frame["rank"] < 0) & (frame["group_rank"] >= 0)

@@ -123,6 +123,9 @@ def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
     head = "; ".join(summaries[:4]) + (
         f"; and {len(summaries) - 4} more groups" if len(summaries) > 4 else ""
     )
+    ahead = {r: v for r, v in odd.items() if v[1] > v[3]}
+    if ahead and len(ahead) < len(blocked):
+        return _ahead(ahead, blocked, base, coords)
     if behind or odd:
         culprits = sorted(set(behind) | set(odd))
         why = [f"rank {r} never enqueued #{s} of {g} (its last enqueued is #{e})"
@@ -139,17 +142,20 @@ def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
                        coords)  # fmt: skip
     suspects = silent or quiet
     if suspects:
-        who = ranks_text(suspects)
+        who = ranks_text(suspects).capitalize()
         said = "left no line" if silent else "printed no timeout while the others did"
         exact = ev.world_exact or bool(silent)
         conf = CONFIDENCE["only_silent"] if len(suspects) == 1 and exact and len(blocked) >= 2 \
             else CONFIDENCE["silent"]  # fmt: skip
         summary = (
-            f"hang: {head}; none of them is behind. {who} {said} ({ev.world_note()}): the "
-            f"first place to look (its own log, its host, its GPU)"
+            f"hang: {head}; none of them is behind. {who} {said}: the first place to look "
+            f"(its own log, its host, its GPU). {ev.world_note()}"
         )
         rank = suspects[0] if len(suspects) == 1 else -1
         alts = ["the log is an excerpt: a rank may have printed its timeout outside it"]
+        if main["op"] in ("broadcast", "scatter", "reduce", "gather"):
+            alts.append(f"in a {main['op']} the root may finish its part and move on: a silent "
+                        "root is not proof that it never entered")  # fmt: skip
         return finding("hang", "stuck", rank, conf, summary,
                        {**base, "suspects": suspects, "alternatives": alts}, coords)  # fmt: skip
     first = main["seq"] in (0, 1)
@@ -160,7 +166,7 @@ def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
         "every rank is waiting, so look at the communicator or the transport (a link, a NIC, "
         "a GPU that stopped completing work), or at ranks outside this log"
     )  # fmt: skip
-    summary = f"hang: {head}; none of them is behind ({ev.world_note()}): {tail}"
+    summary = f"hang: {head}; none of them is behind: {tail}. {ev.world_note()}"
     return finding("hang", cause, -1, CONFIDENCE["nobody_behind"], summary,
                    {**base, "suspects": [], "alternatives": [tail]}, coords)  # fmt: skip
 
@@ -187,3 +193,16 @@ def _unmapped(ev: Evidence, coords, groups: dict) -> object:
     )
     return finding("hang", "stuck", -1, 0.3, summary,
                    {"seqs": seqs[:20], "ops": ops, "suspects": []}, coords)  # fmt: skip
+
+
+def _ahead(ahead: dict, blocked: set, base: dict, coords) -> object:
+    """Ranks at a later sequence number of a group than the others: a desync, the odd
+    ones out (the ranks behind them are waiting in the op the odd ones skipped)."""
+    why = [f"rank {r} is at #{s} ({o or 'op'}) of {g} while the others are at #{at}"
+           for r, (g, s, o, at) in sorted(ahead.items())]  # fmt: skip
+    ranks = sorted(ahead)
+    conf = 0.6 if len(ranks) == 1 and len(blocked) >= 3 else 0.4
+    return finding("desync", "ahead", ranks[0] if len(ranks) == 1 else -1, conf,
+                   "desync: " + "; ".join(why[:6]) + ": it skipped or issued an extra "
+                   "collective, the odd one out (the others wait for it in the op it passed)",
+                   {**base, "suspects": ranks}, coords)  # fmt: skip
