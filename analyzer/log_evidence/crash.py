@@ -15,6 +15,12 @@ TEARDOWN = ("DistBackendError", "watchdog", "Watchdog", "NCCL communicator was a
 """Words of exceptions that follow a hang or another rank's failure, not a cause."""
 
 
+NCCL_ERRORS = ("NCCL error", "ncclSystemError", "ncclInternalError", "ncclRemoteError",
+               "ncclInvalidUsage", "ncclUnhandledCudaError", "unhandled system error",
+               "unhandled cuda error", "remote process exited")  # fmt: skip
+"""Words of NCCL's own errors raised as exceptions (nccl.h's ncclResult_t)."""
+
+
 def _how(code: int, sig: str) -> str:
     if sig == "SIGKILL":
         return "killed by SIGKILL (the OOM killer, the scheduler or a person)"
@@ -25,8 +31,37 @@ def _how(code: int, sig: str) -> str:
     return f"exited with code {code}"
 
 
+def _fatal(ev: Evidence, coords) -> list:
+    """A crash finding for processes that died of a fatal signal."""
+    fs = ev.of("fatal_signal")
+    if fs.empty:
+        return []
+    ranks = sorted({int(r) for r in fs["rank"] if int(r) >= 0})
+    procs = sorted({f"{h}:{p}" if h else str(p) for h, p in zip(fs["host"], fs["pid"], strict=True)
+                    if int(p) >= 0})  # fmt: skip
+    names = sorted({str(o) for o in fs["op"] if str(o)})
+    who = (
+        ranks_text(ranks) if ranks else f"process {', '.join(procs[:4])}" if procs else "a process"
+    )
+    hosts = sorted({str(h) for h in fs["host"] if str(h)})
+    conf = 0.5 if 0 < len(ranks) <= 2 else 0.35
+    return [finding("crash", "signal", ranks[0] if len(ranks) == 1 else -1, conf,
+                    f"crash: {who} died of {', '.join(names) or 'a fatal signal'}"
+                    + (f" on {', '.join(hosts[:3])}" if hosts else "")
+                    + ": the process itself failed (a bad address, shared memory too small, "
+                    "a driver fault), the others were left waiting",
+                    {"signals": names, "processes": procs[:16], "suspects": ranks}, coords,
+                    host=hosts[0] if len(hosts) == 1 else "")]  # fmt: skip
+
+
 def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
-    """A crash finding for torchrun's root cause, or a rank's own exception."""
+    """Crash findings for fatal signals, and for torchrun's root cause or a rank's own
+    exception."""
+    found, notes = _crashes(ev, coords)
+    return _fatal(ev, coords) + found, notes
+
+
+def _crashes(ev: Evidence, coords) -> tuple[list, list[str]]:
     cf = ev.of("child_failed")
     hung = not ev.of("timeout", "status").empty
     srun = ev.where(cf, lambda d: d.get("source") == "srun")
@@ -85,9 +120,14 @@ def _exceptions(ev: Evidence, hung: bool, coords) -> tuple[list, list[str]]:
         return [], []
     ranks = sorted({int(r) for r in exc["rank"] if int(r) >= 0})
     e = exc.iloc[0]
+    nccl = any(w in str(t) for t in exc["text"] for w in NCCL_ERRORS)
     if len(ranks) > 1 and len(ranks) * 2 > len(ev.present):
-        return [], [f"{ranks_text(ranks)} raised {e['op']}: the same error on most ranks "
-                    "(the code or the data, not one rank)"]  # fmt: skip
+        where = ("the communicator or the network (NCCL's own error)" if nccl
+                 else "the code, the data or the environment")  # fmt: skip
+        return [finding("crash", "nccl_error" if nccl else "exception", -1, 0.3,
+                        f"crash: {ranks_text(ranks)} raised {e['op']}: "
+                        f"{str(e['text'])[:160]}: the same error on most ranks, so {where}, "
+                        "not one rank", {"exception": e["op"], "suspects": []}, coords)], []  # fmt: skip
     rank = ranks[0] if len(ranks) == 1 else -1
     who = ranks_text(ranks) if ranks else "a process (rank not said)"
     return [finding("crash", "exception", rank, 0.5 if rank >= 0 else 0.3,

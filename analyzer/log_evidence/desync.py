@@ -55,6 +55,17 @@ def _fingerprints(ev: Evidence, coords) -> list:
     mm = ev.of("mismatch")
     if mm.empty:
         return []
+    halves = mm[mm["peer"] < 0]
+    mm = mm[mm["peer"] >= 0]
+    if mm.empty:
+        e = halves.iloc[0]
+        r = int(e["rank"])
+        return [finding("desync", "mismatch", -1, 0.4,
+                        f"desync: collective fingerprints differ: rank {r} runs {e['op'] or '?'}"
+                        + (f" #{int(e['seq'])}" if int(e["seq"]) >= 0 else "")
+                        + "; the other rank's fingerprint is cut off, so which side is wrong "
+                        "the lines do not say", {"seq": int(e["seq"]), "op": e["op"],
+                                                 "suspects": [r]}, coords)]  # fmt: skip
     pairs = {tuple(sorted((int(a), int(b)))) for a, b in zip(mm["rank"], mm["peer"], strict=True)}
     seen = Counter(r for p in pairs for r in p)
     e = mm.iloc[0]

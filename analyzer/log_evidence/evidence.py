@@ -19,7 +19,7 @@ from ranksight.words import span
 from ..findings import Finding
 
 NAMED = ("timeout", "status", "present", "exception", "nccl_calls", "stack", "child_failed",
-         "gpu_error", "mismatch", "nccl_warn", "nccl_info")  # fmt: skip
+         "gpu_error", "mismatch", "nccl_warn", "nccl_info", "fatal_signal", "watchdog_stuck")  # fmt: skip
 """Event kinds whose ``rank`` is a rank that left a line of its own."""
 
 
@@ -116,6 +116,20 @@ def _unnamed(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     )
 
 
+def _same_process(frame: pd.DataFrame) -> pd.DataFrame:
+    """Events of one process (``host``, ``pid``) share what any of them says of its rank
+    and local rank (a crash handler's line names the pid; NCCL's lines of that pid its
+    device and rank)."""
+    procs = frame[frame["pid"] >= 0]
+    for col in ("rank", "local_rank"):
+        known = procs[procs[col] >= 0].groupby(["host", "pid"])[col].agg(lambda v: set(v))
+        for (host, pid), values in known.items():
+            if len(values) == 1:
+                rows = (frame["host"] == host) & (frame["pid"] == pid) & (frame[col] < 0)
+                frame.loc[rows, col] = next(iter(values))
+    return frame
+
+
 def _locals(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """Lines that give only a local rank (``[default3]:``, NCCL's ``[cudaDev]``, torchrun's
     old ``local_rank: 3``): the global rank where nothing says the job spans several
@@ -143,7 +157,7 @@ def evidence_of(events: pd.DataFrame) -> Evidence:
     frame["detail"] = [_loads(d) for d in frame.get("detail", pd.Series([], dtype=str))]
     frame["mapped"] = False  # True: the global rank was read from a local rank
     frame, assumed = _unnamed(_with_groups(frame))
-    frame, local = _locals(frame)
+    frame, local = _locals(_same_process(frame))
     assumed = "; ".join(x for x in (assumed, local) if x)
     named = frame[frame["kind"].isin(NAMED) & (frame["rank"] >= 0)]
     present = {int(r) for r in named["rank"]}

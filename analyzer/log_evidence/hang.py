@@ -82,8 +82,32 @@ def _group_name(key: str, rows: pd.DataFrame) -> str:
     return f"group {key}" + (f" ({names.pop()})" if len(names) == 1 else "")
 
 
+def _stuck_watchdog(ev: Evidence, coords) -> list:
+    """Ranks whose NCCL watchdog thread itself got stuck (the heartbeat monitor's word)."""
+    st = ev.of("watchdog_stuck")
+    if st.empty:
+        return []
+    ranks = sorted({int(r) for r in st["rank"] if int(r) >= 0})
+    secs = max(int(c) for c in st["code"])
+    who = ranks_text(ranks) if ranks else "a rank"
+    held = f" for {secs} s" if secs > 0 else ""
+    return [finding("hang", "watchdog_stuck", ranks[0] if len(ranks) == 1 else -1,
+                    0.45 if len(ranks) == 1 else 0.3,
+                    f"hang: {who}'s NCCL watchdog thread got stuck{held}: a CUDA or NCCL call "
+                    "on that rank does not return (the GPU or its driver, or another thread "
+                    "holding the GIL inside a CUDA call)",
+                    {"suspects": ranks, "stuck_s": secs, "alternatives": [
+                        "a hang elsewhere can block CUDA event queries too"]}, coords)]  # fmt: skip
+
+
 def detect(ev: Evidence, coords: pd.DataFrame) -> tuple[list, list[str]]:
     """The hang finding(s) of the watchdog lines, and notes."""
+    found, notes = _timeouts(ev, coords)
+    return _stuck_watchdog(ev, coords) + found, notes
+
+
+def _timeouts(ev: Evidence, coords: pd.DataFrame) -> tuple[list, list[str]]:
+    """The hang finding of the timeout and status lines."""
     groups = _groups(ev)
     if not groups:
         return [], []
@@ -91,7 +115,15 @@ def detect(ev: Evidence, coords: pd.DataFrame) -> tuple[list, list[str]]:
     summaries, blocked, odd, behind, evidence = [], set(), {}, {}, {}
     for key, rows in sorted(groups.items(), key=lambda kv: -kv[1]["rank"].nunique()):
         pos = _position(rows)
-        if not pos:
+        if not pos:  # ranks of this group only: [PG 1 Rank 3] and no launcher prefix
+            inner = _position(rows.assign(rank=rows["group_rank"]))
+            if inner:
+                seq, op, at = _stuck_at(inner)
+                where = f"{op or 'op'} #{seq}" if seq >= 0 else "an op"
+                name = _group_name(key, rows)
+                summaries.append(f"{ranks_text(at)} of {name} (their global ranks are not in "
+                                 f"the lines) blocked in {where}")  # fmt: skip
+                evidence[name] = {"seq": seq, "op": op, "group_ranks": at}
             continue
         seq, op, at = _stuck_at(pos)
         name = _group_name(key, rows)
@@ -107,14 +139,13 @@ def detect(ev: Evidence, coords: pd.DataFrame) -> tuple[list, list[str]]:
                           "positions": {str(r): p for r, p in sorted(pos.items())[:64]}}  # fmt: skip
     if ev.assumed:
         notes.append(ev.assumed)
-    if not summaries:
-        if ev.assumed:
-            return [_unmapped(ev, coords, groups)], notes
-        return [], notes
+    if not summaries or not blocked:
+        return [_unmapped(ev, coords, summaries)], notes
     return [_finding(ev, coords, summaries, blocked, odd, behind, evidence)], notes
 
 
 def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
+    one = len(ev.present) <= 1  # one rank's log: the others' silence says little
     silent = ev.missing()
     quiet = sorted(ev.present - blocked - set(odd) - set(behind))
     main = next(iter(evidence.values()))
@@ -158,6 +189,16 @@ def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
                         "root is not proof that it never entered")  # fmt: skip
         return finding("hang", "stuck", rank, conf, summary,
                        {**base, "suspects": suspects, "alternatives": alts}, coords)  # fmt: skip
+    if one:
+        who = f"; {ranks_text(silent)} left no line here" if silent else ""
+        summary = (f"hang: {head}. One rank's view{who}: which rank or link it waits for, "
+                   "the other ranks' logs (or their Flight Recorder dumps) would say")  # fmt: skip
+        alts = ["the others may have logged elsewhere: only one rank's lines are here"]
+        if main["op"] in ("broadcast", "scatter", "reduce", "gather"):
+            alts.append(f"a {main['op']} waits on its root (rank 0 of the group unless the "
+                        "job chose another)")  # fmt: skip
+        return finding("hang", "stuck", -1, 0.2, summary,
+                       {**base, "suspects": silent, "alternatives": alts}, coords)  # fmt: skip
     first = main["seq"] in (0, 1)
     cause = "communication"
     tail = (
@@ -180,16 +221,20 @@ def _alts(silent: list[int], quiet: list[int]) -> list[str]:
     return out
 
 
-def _unmapped(ev: Evidence, coords, groups: dict) -> object:
-    """Timeouts whose ranks cannot be mapped: still a hang, with no rank named."""
+def _unmapped(ev: Evidence, coords, summaries: list[str]) -> object:
+    """Timeouts whose ranks cannot be mapped to global ranks: still a hang, no rank named."""
     t = ev.of("timeout")
     seqs = sorted({int(q) for q in t["seq"] if int(q) >= 0})
     ops = sorted({str(o) for o in t["op"] if str(o)})
+    said = "; ".join(summaries[:4]) or (
+        f"{counted(int(t['count'].sum()), 'watchdog timeout')} ({', '.join(ops) or 'ops'}"
+        + (f" at sequence numbers {', '.join(map(str, seqs[:6]))}" if seqs else "")
+        + ") in process groups the lines do not name"
+    )
     summary = (
-        f"hang: {counted(int(t['count'].sum()), 'watchdog timeout')} ({', '.join(ops) or 'ops'} "
-        f"at sequence numbers {', '.join(map(str, seqs[:6]))}) in process groups the lines do "
-        "not name, on ranks they do not map to global ranks: which rank holds the others "
-        "cannot be told from these lines (each rank's full log, or Flight Recorder dumps, can)"
+        f"hang: {said}: which rank holds the others cannot be told from these lines, whose "
+        "ranks do not map to global ranks (each rank's full log, with its [rankN]: prefix, "
+        "or Flight Recorder dumps can)"
     )
     return finding("hang", "stuck", -1, 0.3, summary,
                    {"seqs": seqs[:20], "ops": ops, "suspects": []}, coords)  # fmt: skip

@@ -13,15 +13,15 @@ from __future__ import annotations
 import gzip
 from collections.abc import Callable, Iterable
 
-from . import desync, frtrace, gpu, misc, nccl, torchrun, watchdog
+from . import desync, frtrace, gpu, misc, nccl, signals, torchrun, watchdog
 from .events import Event, dedupe
 from .lines import LogLine, logical_lines
 
-LINE_FORMATS: tuple = (watchdog, desync, gpu, nccl, torchrun, frtrace, misc)
+LINE_FORMATS: tuple = (watchdog, desync, gpu, nccl, torchrun, frtrace, signals, misc)
 """Every line format, each a module with ``parse`` or ``Reader`` and ``MARKERS``."""
 
 FAULT_KINDS = ("timeout", "status", "desync_report", "mismatch", "child_failed", "nccl_warn",
-               "fr_missing", "gpu_error")  # fmt: skip
+               "fr_missing", "gpu_error", "exception", "watchdog_stuck", "fatal_signal")  # fmt: skip
 """Events that say the job failed: a run with one is never "finished"."""
 
 MAX_EVENTS = 200_000

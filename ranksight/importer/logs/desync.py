@@ -68,6 +68,12 @@ def parse(line: LogLine) -> list[Event]:
             out.append(Event("desync_report", rank=r, peer=line.rank, seq=int(m.group("seq")),
                              **base, detail={"verdict": "did_not_finish"}))  # fmt: skip
     prints = list(_PRINT.finditer(text))
+    if len(prints) == 1:  # the other rank's half is cut off
+        m = prints[0]
+        fa = {k: (x.group(1) if (x := r.search(m.group("fp"))) else "") for k, r in _FP.items()}
+        out.append(Event("mismatch", rank=int(m.group("rank")), seq=int(fa["seq"] or -1),
+                         op=norm_op(fa["op"]) if fa["op"] else "", **base,
+                         detail={"shape": fa["shape"], "reporter": line.rank}))  # fmt: skip
     if len(prints) >= 2:
         fps = [
             (int(m.group("rank")), {k: (x.group(1) if (x := r.search(m.group("fp"))) else "")

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 KINDS = (
     "timeout",  # a watchdog or blocking-wait timeout of one work item (seq, op, numel)
     "status",  # a watchdog status line: failed at work seq, last enqueued / completed
+    "watchdog_stuck",  # the heartbeat monitor: the watchdog thread itself is blocked
     "desync_report",  # TORCH_NCCL_DESYNC_DEBUG: rank finished #seq but did not join #seq+1
     "mismatch",  # TORCH_DISTRIBUTED_DEBUG=DETAIL: two ranks' collective fingerprints differ
     "child_failed",  # torchrun's ChildFailedError summary: one failed rank
@@ -25,6 +26,7 @@ KINDS = (
     "fr_missing",  # fr_trace / NCCL RAS: ranks that did not join a collective
     "gpu_error",  # ECC, XID, NVML Unknown Error, PCIe AER, CUDA device errors
     "exception",  # a rank's Python exception line (RuntimeError: ...), first of its kind
+    "fatal_signal",  # a process caught SIGSEGV / SIGBUS ... (UCX, faulthandler, the shell)
     "world",  # a line that says how many ranks the job or a group has (``code``)
     "present",  # a rank that printed something (a heartbeat for "who left no line")
     "stack",  # a py-spy dump: the main thread's innermost frames and what they say
@@ -65,10 +67,15 @@ class Event:
     text: str = ""
 
     def key(self) -> tuple:
-        """What makes two events the same observation (repeats are counted, not kept)."""
-        return (self.kind, self.rank, self.local_rank, self.group_rank, self.host, self.pg,
+        """What makes two events the same observation (repeats are counted, not kept): a
+        timeout told again (``terminated with exception``, ``what():``, the blocking-wait
+        line) is the same timeout whatever else its line adds."""
+        detail = (
+            "" if self.kind == "timeout" else json.dumps(self.detail, sort_keys=True, default=str)
+        )
+        return (self.kind, self.rank, self.local_rank, self.group_rank, self.host, self.pid, self.pg,
                 self.seq, self.op, self.numel_in, self.enqueued, self.completed, self.peer,
-                self.code, json.dumps(self.detail, sort_keys=True, default=str))  # fmt: skip
+                self.code if self.kind != "timeout" else -1, detail)  # fmt: skip
 
     def row(self) -> dict:
         """The ``log_events`` row (``detail`` as JSON text, ``text`` cut to 400 chars)."""

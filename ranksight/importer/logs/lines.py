@@ -107,13 +107,47 @@ def _unfinished(text: str) -> bool:
     return bool(_OPEN_END.search(text))
 
 
+WRAP_WIDTH = 80
+"""Physical lines at least this long, of one length in a row, are a terminal's hard wrap
+(joined with no space: the wrap cuts words)."""
+
+
+def _pairs(raw_lines: Iterable[str]) -> Iterator[tuple[str, str | None]]:
+    """Each line with the one after it (None after the last)."""
+    it = iter(raw_lines)
+    prev = next(it, None)
+    for cur in it:
+        yield prev, cur
+        prev = cur
+    if prev is not None:
+        yield prev, None
+
+
 def logical_lines(raw_lines: Iterable[str]) -> Iterator[LogLine]:
     """Each logical line of ``raw_lines`` (a file's lines, newlines kept or not): prefixes
-    read off, and a line that stops unfinished joined with the next ones (at most
-    :data:`MAX_JOIN`) that do not start a line of their own."""
-    pending: list = []  # [text, number, rank, local, host, joined]
-    for n, raw in enumerate(raw_lines, 1):
+    read off; a line that stops unfinished joined with the next ones (at most
+    :data:`MAX_JOIN`) that do not start a line of their own; a terminal's fixed-width
+    wrap (lines of one length >= :data:`WRAP_WIDTH`) joined whole."""
+    pending: list = []  # [text, number, rank, local, host, joined, wrapped]
+    width_before = -1
+    for n, (raw, after) in enumerate(_pairs(raw_lines), 1):
+        raw = raw.rstrip("\r\n")
+        width = len(raw)
+        nxt = after.rstrip("\r\n") if after is not None else None
+        if pending and pending[6]:  # the wrap goes on: this piece belongs to it
+            pending[0] += raw.rstrip() if width != pending[6] else raw
+            pending[5] += 1
+            if width != pending[6] or nxt is None or _STARTS_NEW.match(nxt):
+                pending[6] = 0
+            width_before = width
+            continue
         text, rank, local, host = split_prefix(raw)
+        wraps = (
+            width >= WRAP_WIDTH
+            and nxt is not None
+            and not _STARTS_NEW.match(nxt)
+            and (len(nxt) == width or width_before == width)
+        )
         if pending:
             same = rank in (-1, pending[2]) and not _STARTS_NEW.match(raw.lstrip())
             if same and pending[5] < MAX_JOIN and _unfinished(pending[0]) and text.strip():
@@ -123,8 +157,10 @@ def logical_lines(raw_lines: Iterable[str]) -> Iterator[LogLine]:
                     else pending[0].rstrip() + " " + text.strip()
                 )
                 pending[5] += 1
+                width_before = width
                 continue
-            yield LogLine(pending[0], pending[1], pending[2], pending[3], pending[4])
-        pending = [text, n, rank, local, host, 1]
+            yield LogLine(pending[0].rstrip(), pending[1], pending[2], pending[3], pending[4])
+        pending = [text, n, rank, local, host, 1, width if wraps else 0]
+        width_before = width
     if pending:
-        yield LogLine(pending[0], pending[1], pending[2], pending[3], pending[4])
+        yield LogLine(pending[0].rstrip(), pending[1], pending[2], pending[3], pending[4])

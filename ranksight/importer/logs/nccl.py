@@ -77,6 +77,7 @@ class Reader:
         self.init: dict[tuple, dict[str, tuple[int, int, str]]] = {}  # proc -> comm -> (r, n, bus)
         self.proc_rank: dict[tuple, int] = {}
         self.notes: dict[tuple, list[str]] = {}
+        self.dev: dict[tuple, int] = {}  # proc -> its CUDA device (NCCL's [cudaDev])
         self.out: list[Event] = []
 
     def feed(self, line: LogLine) -> None:
@@ -87,6 +88,7 @@ class Reader:
         h = heads[-1]
         msg = line.text[h.end() :]
         proc = (line.host or h.group("host"), int(h.group("pid")))
+        self.dev.setdefault(proc, int(h.group("dev")))
         if line.rank >= 0:
             self.proc_rank.setdefault(proc, line.rank)
         if h.group("level") in ("WARN", "ERROR"):
@@ -144,10 +146,12 @@ class Reader:
     def finish(self) -> list[Event]:
         """``nccl_calls``, ``world`` and ``nccl_warn`` events of the file."""
         out = []
-        procs = set(self.order) | set(self.init) | set(self.notes)
+        procs = set(self.order) | set(self.init) | set(self.notes) | set(self.dev)
         procs |= {(e.host, e.pid) for e in self.out}
         for proc in sorted(procs):
             rank, world, bus = self._rank_of(proc)
+            out.append(Event("present", rank=rank, local_rank=self.dev.get(proc, -1),
+                             host=proc[0], pid=proc[1], detail={"source": "nccl"}))  # fmt: skip
             if self.notes.get(proc):
                 out.append(Event("nccl_info", rank=rank, host=proc[0], pid=proc[1],
                                  detail={"notes": self.notes[proc]}))  # fmt: skip

@@ -17,8 +17,11 @@ torch                     the line (after its ``[rankN]:[E... file:line]`` prefi
 any (blocking wait)       ``Work WorkNCCL(SeqNum=904, ...) timed out in blocking wait``
 ========================  =====================================================
 
-A timeout line becomes a ``timeout`` event, a status line a ``status`` event (``seq``
-the failed work, ``enqueued``/``completed``). ``[Rank N]`` is the rank inside the group;
+A timeout line becomes a ``timeout`` event (one cut before its ``WorkNCCL(...)`` too,
+with no op), a status line a ``status`` event (``seq`` the failed work,
+``enqueued``/``completed``), the heartbeat monitor's ``watchdog got stuck for 480
+seconds`` a ``watchdog_stuck`` event (the watchdog thread itself blocked in a CUDA or
+NCCL call: ``code`` the seconds). ``[Rank N]`` is the rank inside the group;
 the global rank is the line's ``[rankN]:`` prefix, or ``N`` itself in the default group.
 The same timeout told again (``terminated with exception: ...``, the blocking-wait line,
 ``what():``) is the same event, counted (:func:`events.dedupe`).
@@ -32,7 +35,9 @@ from ..rows import norm_op
 from .events import Event
 from .lines import LogLine
 
-MARKERS = ("WorkNCCL(", "last enqueued", "timed out in blocking wait", "NCCL work:")
+MARKERS = ("WorkNCCL(", "last enqueued", "timed out in blocking wait", "NCCL work:",
+           "Watchdog caught", "watchdog got stuck", "Heartbeat monitor timed out")  # fmt: skip
+_STUCK = re.compile(r"watchdog got stuck for (?P<s>\d+) seconds|Heartbeat monitor timed out")
 _PG_NEW = re.compile(
     r"\[PG ID (?P<id>\d+) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<name>[^)]*)\))? Rank (?P<r>\d+)\]"
 )
@@ -93,6 +98,10 @@ def parse(line: LogLine) -> list[Event]:
                       numel_out=int(f["nout"] or -1), code=int(f["timeout"] or -1),
                       detail={"ran_ms": int(ran.group(1))} if ran else {})
             )  # fmt: skip
+    elif "Watchdog caught collective" in text:  # the line is cut before its WorkNCCL(...)
+        out.append(Event("timeout", **base, detail={"cut": True}))
+    if m := _STUCK.search(text):
+        out.append(Event("watchdog_stuck", **base, code=int(m.group("s") or -1)))
     if s := _STATUS.search(text):
         seq = s.group("seq") or (m.group("seq") if (m := _AT_WORK.search(text)) else None)
         out.append(
