@@ -36,7 +36,22 @@ def log_findings(events: pd.DataFrame, coords: pd.DataFrame) -> tuple[list, list
         notes += n
     if missing := ev.missing():
         notes.append(f"no line from {ranks_text(missing)}. {ev.world_note()}")
+    findings = _inferred(findings, ev.mapped_only())
     return _fold(sorted(findings, key=_rank), notes), notes
+
+
+INFERRED_CAP = 0.65
+"""Highest confidence in a rank whose global number the lines never state (inferred)."""
+
+
+def _inferred(findings: list, inferred: set[int]) -> list:
+    """Findings naming a rank known only by inference, capped at :data:`INFERRED_CAP`."""
+    return [
+        dataclasses.replace(f, confidence=min(f.confidence, INFERRED_CAP),
+                            evidence={**f.evidence, "rank_inferred": True})
+        if f.culprit_rank in inferred and f.confidence > INFERRED_CAP else f
+        for f in findings
+    ]  # fmt: skip
 
 
 FOLD_CONFIDENCE = 0.45

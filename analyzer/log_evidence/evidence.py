@@ -40,6 +40,13 @@ class Evidence:
         """The events of ``kinds``."""
         return self.frame[self.frame["kind"].isin(kinds)]
 
+    def mapped_only(self) -> set[int]:
+        """Ranks known only from lines whose global rank was inferred (a group's
+        ``[Rank N]`` with no group named, a local rank on one node), never stated."""
+        f = self.frame[self.frame["rank"] >= 0]
+        stated = set(f.loc[~f["mapped"].astype(bool), "rank"].astype(int))
+        return set(f["rank"].astype(int)) - stated
+
     def where(self, frame: pd.DataFrame, test) -> pd.DataFrame:
         """The rows of ``frame`` whose parsed ``detail`` passes ``test(detail)``."""
         return frame[[bool(test(d)) for d in frame["detail"]]] if len(frame) else frame
@@ -110,6 +117,7 @@ def _unnamed(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
             "global rank: their [Rank N] cannot be mapped to global ranks"
         )
     frame.loc[anon, "rank"] = frame.loc[anon, "group_rank"]
+    frame.loc[anon, "mapped"] = True
     return frame, (
         "the lines name no process group and no launcher rank: their [Rank N] is taken as "
         "the global rank (every timeout is the same op and sequence number)"

@@ -33,13 +33,15 @@ class TextLog(Format):
 
     def read(self, path: str, rank: int | None) -> tuple[str, int | None]:
         """One file's events. The rank in the file name is used only where no line names
-        a rank (a number in a file name never overrides the rank written in the line)."""
+        any rank, global, local or of a group (a number in a file name never overrides
+        the rank written in the line)."""
         st = self.state
         events = logs.read_file(path, st.shown)
         named = sorted({e.rank for e in events if e.rank >= 0})
-        if not named and rank is not None:
+        says_rank = any(e.rank >= 0 or e.group_rank >= 0 or e.local_rank >= 0 for e in events)
+        if not says_rank and rank is not None:
             for e in events:
-                e.rank = rank if e.rank < 0 and e.kind != "child_failed" else e.rank
+                e.rank = rank if e.kind != "child_failed" else e.rank
             events.insert(0, logs.Event("present", rank=rank, file=st.shown,
                                         detail={"source": "file name"}))  # fmt: skip
             named = [rank]

@@ -150,8 +150,9 @@ class Reader:
         procs |= {(e.host, e.pid) for e in self.out}
         for proc in sorted(procs):
             rank, world, bus = self._rank_of(proc)
-            out.append(Event("present", rank=rank, local_rank=self.dev.get(proc, -1),
-                             host=proc[0], pid=proc[1], detail={"source": "nccl"}))  # fmt: skip
+            if rank >= 0 or proc in self.dev:
+                out.append(Event("present", rank=rank, local_rank=self.dev.get(proc, -1),
+                                 host=proc[0], pid=proc[1], detail={"source": "nccl"}))  # fmt: skip
             if self.notes.get(proc):
                 out.append(Event("nccl_info", rank=rank, host=proc[0], pid=proc[1],
                                  detail={"notes": self.notes[proc]}))  # fmt: skip
