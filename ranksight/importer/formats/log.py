@@ -19,6 +19,12 @@ WORDS = {"timeout": ("watchdog timeout", None), "status": ("watchdog status line
 """How a file's message counts each kind of event."""
 
 
+def _device(e: logs.Event) -> bool:
+    """Whether ``e``'s local rank is NCCL's ``[cudaDev]`` (a GPU index, not a rank the
+    line states)."""
+    return e.kind.startswith("nccl") or e.detail.get("source") == "nccl"
+
+
 class TextLog(Format):
     """Any other text (the fallback: registered last)."""
 
@@ -38,7 +44,8 @@ class TextLog(Format):
         st = self.state
         events = logs.read_file(path, st.shown)
         named = sorted({e.rank for e in events if e.rank >= 0})
-        says_rank = any(e.rank >= 0 or e.group_rank >= 0 or e.local_rank >= 0 for e in events)
+        says_rank = any(e.rank >= 0 or e.group_rank >= 0 or (e.local_rank >= 0 and not _device(e))
+                        for e in events)  # fmt: skip
         if not says_rank and rank is not None:
             for e in events:
                 e.rank = rank if e.kind != "child_failed" else e.rank
