@@ -94,3 +94,18 @@ def test_a_file_name_never_overrides_the_line(tmp_path) -> None:
     import_paths(store, [str(tmp_path / "rank7.log")], ImportConfig(run_id="c"))
     q = "SELECT DISTINCT rank FROM log_events WHERE run_id = 'c' AND kind = 'timeout'"
     assert list(store.query(q)["rank"]) == [-1]  # [Rank 1..3] of a group, not rank 7
+
+
+def test_nothing_imported_leaves_no_run(tmp_path) -> None:
+    """An import of files that are no artifact writes no run (it would be listed as a
+    finished run of world size 0)."""
+    from ranksight.importer import ImportConfig, import_paths
+    from ranksight.store import open_store
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "random.bin").write_bytes(bytes(range(256)) * 64)
+    store = open_store(str(tmp_path / "store"))
+    store.init_schema()
+    result = import_paths(store, [str(tmp_path / "in")], ImportConfig(run_id="x"))
+    assert not result.imported
+    assert store.query("SELECT count() AS n FROM runs WHERE run_id = 'x'")["n"].iloc[0] == 0

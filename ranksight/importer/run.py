@@ -123,6 +123,7 @@ def import_paths(
     it seems gives a :class:`FileResult` saying so (``ok`` False, or ``ok`` with the problem
     in the message when part of it was kept), and the others are imported.
     ``on_progress(done_bytes, total_bytes, path)`` is told as input is read.
+    No run row is written when no file could be imported (``result.imported`` empty).
     Raises FileNotFoundError for a path that does not exist, StoreError if the store
     fails (rows written before stay)."""
     cfg = config or ImportConfig()
@@ -140,7 +141,8 @@ def import_paths(
             result.files.append(state.take(art))
         state.finish(result)
     result.rows = state.writer.counts
-    _write_run(store, result, state, started)
+    if result.imported:  # nothing read: no run (an empty one would be listed as finished)
+        _write_run(store, result, state, started)
     return result
 
 
