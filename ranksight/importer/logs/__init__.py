@@ -13,11 +13,21 @@ from __future__ import annotations
 import gzip
 from collections.abc import Callable, Iterable
 
-from . import desync, frtrace, gpu, misc, nccl, signals, torchrun, watchdog
+from . import desync, exceptions, frtrace, gpu, nccl, presence, signals, torchrun, watchdog
 from .events import Event, dedupe
 from .lines import LogLine, logical_lines
 
-LINE_FORMATS: tuple = (watchdog, desync, gpu, nccl, torchrun, frtrace, signals, misc)
+LINE_FORMATS: tuple = (
+    watchdog,
+    desync,
+    gpu,
+    nccl,
+    torchrun,
+    frtrace,
+    signals,
+    exceptions,
+    presence,
+)
 """Every line format, each a module with ``parse`` or ``Reader`` and ``MARKERS``."""
 
 FAULT_KINDS = ("timeout", "status", "desync_report", "mismatch", "child_failed", "nccl_warn",

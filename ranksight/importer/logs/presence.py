@@ -1,0 +1,51 @@
+"""Lines that say who was there and how big the job is.
+
+- ``present``: every rank a line names by its prefix (one event per rank and file,
+  ``count`` its lines): a rank that printed anything is not one that "left no line";
+- ``world``: ``world_size=8``, ``WORLD_SIZE: 8``, ``global_world_size=16``, ``world size:
+  8`` (``code`` the size, ``detail.source`` the words).
+"""
+
+from __future__ import annotations
+
+import re
+
+from .events import Event
+from .lines import LogLine
+
+_WORLD = re.compile(
+    r"\b(?P<key>global_world_size|role_world_size|world_size|WORLD_SIZE|world size|"
+    r"num_processes|Total number of processes)\b\s*[=:]?\s*(?P<n>\d+)"
+)
+MARKERS = ("",)
+"""Every line: any line with a rank prefix counts as that rank's presence."""
+MAX_WORLD = 1_000_000
+
+
+class Reader:
+    """Presence and world size of one file."""
+
+    name = "presence"
+    markers = MARKERS
+
+    def __init__(self) -> None:
+        self.lines: dict[int, int] = {}
+        self.first: dict[int, int] = {}
+        self.out: list[Event] = []
+
+    def feed(self, line: LogLine) -> None:
+        """Count the line's rank; read a world size."""
+        if line.rank >= 0:
+            self.lines[line.rank] = self.lines.get(line.rank, 0) + 1
+            self.first.setdefault(line.rank, line.number)
+        if m := _WORLD.search(line.text):
+            n = int(m.group("n"))
+            if 0 < n <= MAX_WORLD:
+                self.out.append(Event("world", rank=line.rank, code=n, line=line.number,
+                                      text=line.text, detail={"source": m.group("key")}))  # fmt: skip
+
+    def finish(self) -> list[Event]:
+        """One ``present`` event per rank, then the world sizes."""
+        present = [Event("present", rank=r, count=n, line=self.first[r])
+                   for r, n in sorted(self.lines.items())]  # fmt: skip
+        return present + self.out
