@@ -14,10 +14,10 @@ import dataclasses
 
 import pandas as pd
 
-from . import calls, crash, desync, hang, hardware, reported, stacks
+from . import calls, crash, desync, hang, hardware, reported, stacks, startup
 from .evidence import Evidence, evidence_of, ranks_text
 
-DETECTORS = (hardware, desync, crash, reported, hang, calls, stacks)
+DETECTORS = (hardware, desync, crash, reported, hang, calls, stacks, startup)
 """Every log detector, each a module with ``detect``."""
 
 ORDER = ("hardware", "desync", "crash", "hang")

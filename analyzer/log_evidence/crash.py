@@ -113,9 +113,14 @@ def _child_failed(ev: Evidence, cf, hung: bool, coords) -> tuple[list, list[str]
 
 def _exceptions(ev: Evidence, hung: bool, coords) -> tuple[list, list[str]]:
     exc = ev.of("exception")
-    if exc.empty or hung:
+    if exc.empty:
         return [], []
     exc = exc[[not any(w in t for w in TEARDOWN) for t in exc["text"]]]
+    if hung:  # the others wait: the rank that raised its own error and never timed out
+        waiting = {int(r) for r in ev.of("timeout", "status")["rank"]}
+        exc = exc[[int(r) >= 0 and int(r) not in waiting for r in exc["rank"]]]
+        if exc.empty or exc["rank"].nunique() > 2:
+            return [], []
     if exc.empty:
         return [], []
     ranks = sorted({int(r) for r in exc["rank"] if int(r) >= 0})
@@ -130,6 +135,7 @@ def _exceptions(ev: Evidence, hung: bool, coords) -> tuple[list, list[str]]:
                         "not one rank", {"exception": e["op"], "suspects": []}, coords)], []  # fmt: skip
     rank = ranks[0] if len(ranks) == 1 else -1
     who = ranks_text(ranks) if ranks else "a process (rank not said)"
+    while_ = ", while the others waited in their collectives" if hung else ""
     return [finding("crash", "exception", rank, 0.5 if rank >= 0 else 0.3,
-                    f"crash: {who} raised {e['op']}: {str(e['text'])[:160]}",
+                    f"crash: {who} raised {e['op']}{while_}: {str(e['text'])[:160]}",
                     {"exception": e["op"], "suspects": ranks}, coords)], []  # fmt: skip

@@ -174,6 +174,9 @@ def evidence_of(events: pd.DataFrame) -> Evidence:
     for _, e in frame[frame["kind"] == "world"].iterrows():
         if int(e["code"]) > 0:
             sizes.append((int(e["code"]), str(e["detail"].get("source", "world size"))))
+    for n in frame.loc[frame["kind"] == "init_failure", "code"]:
+        if int(n) > 0:
+            sizes.append((int(n), "the store's expected workers"))
     for _, e in frame[frame["kind"] == "fr_missing"].iterrows():
         if int(e["code"]) > 0 and e["detail"].get("source") == "fr_trace":
             sizes.append((int(e["code"]), "fr_trace's expected ranks"))

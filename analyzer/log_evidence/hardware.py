@@ -48,11 +48,12 @@ def _gpu(ev: Evidence, coords) -> list:
 
 
 def _network(ev: Evidence, coords) -> list:
-    w = ev.of("nccl_warn")
+    w = ev.of("nccl_warn", "peer_gone")
     out = []
     if w.empty:
         return out
-    cats = w.assign(cat=w["detail"].map(lambda d: d.get("category", "other")))
+    cats = w.assign(cat=[d.get("category", "other") if k == "nccl_warn" else "remote_closed"
+                         for k, d in zip(w["kind"], w["detail"], strict=True)])  # fmt: skip
     for cat in ("ib_async", "ib_completion", "ib_verbs", "net_mismatch", "remote_closed", "cuda"):
         rows = cats[cats["cat"] == cat]
         if rows.empty:
@@ -62,8 +63,11 @@ def _network(ev: Evidence, coords) -> list:
         e = rows.iloc[0]
         ranks = sorted({int(r) for r in rows["rank"] if int(r) >= 0})
         if cat == "remote_closed":
+            seen = ", ".join(hosts[:4]) or (
+                f"ranks {','.join(map(str, ranks[:8]))}" if ranks else ""
+            )
             summary = (f"crash: the connection to {', '.join(remote[:4]) or 'a peer'} was "
-                       f"closed (seen on {', '.join(hosts[:4]) or 'this host'}): the other end "
+                       f"closed (seen {'on ' + seen if seen else 'here'}): the other end "
                        "most likely went away first; its own log says why")  # fmt: skip
             host = remote[0] if len(remote) == 1 else ""
             rank = -1

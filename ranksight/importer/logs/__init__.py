@@ -13,7 +13,18 @@ from __future__ import annotations
 import gzip
 from collections.abc import Callable, Iterable
 
-from . import desync, exceptions, frtrace, gpu, nccl, presence, signals, torchrun, watchdog
+from . import (
+    desync,
+    exceptions,
+    frtrace,
+    gpu,
+    nccl,
+    presence,
+    rendezvous,
+    signals,
+    torchrun,
+    watchdog,
+)
 from .events import Event, dedupe
 from .lines import LogLine, logical_lines
 
@@ -25,13 +36,15 @@ LINE_FORMATS: tuple = (
     torchrun,
     frtrace,
     signals,
+    rendezvous,
     exceptions,
     presence,
 )
 """Every line format, each a module with ``parse`` or ``Reader`` and ``MARKERS``."""
 
 FAULT_KINDS = ("timeout", "status", "desync_report", "mismatch", "child_failed", "nccl_warn",
-               "fr_missing", "gpu_error", "exception", "watchdog_stuck", "fatal_signal")  # fmt: skip
+               "fr_missing", "gpu_error", "exception", "watchdog_stuck", "fatal_signal",
+               "init_failure", "peer_gone")  # fmt: skip
 """Events that say the job failed: a run with one is never "finished"."""
 
 MAX_EVENTS = 200_000

@@ -27,6 +27,8 @@ KINDS = (
     "gpu_error",  # ECC, XID, NVML Unknown Error, PCIe AER, CUDA device errors
     "exception",  # a rank's Python exception line (RuntimeError: ...), first of its kind
     "fatal_signal",  # a process caught SIGSEGV / SIGBUS ... (UCX, faulthandler, the shell)
+    "init_failure",  # the c10d store at start-up: workers missing, the master unreachable
+    "peer_gone",  # gloo: the connection to a peer closed or reset (the peer went away)
     "world",  # a line that says how many ranks the job or a group has (``code``)
     "present",  # a rank that printed something (a heartbeat for "who left no line")
     "stack",  # a py-spy dump: the main thread's innermost frames and what they say

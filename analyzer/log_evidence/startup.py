@@ -1,0 +1,39 @@
+"""A job that never got going: the c10d store at start-up (``importer/logs/rendezvous.py``).
+
+"1/2 workers joined" means the other workers never reached rank 0's store: they did not
+start, or cannot reach ``MASTER_ADDR:MASTER_PORT`` (a wrong address, a firewall, a node
+that is down). A client that cannot connect to the store says the same from the other
+side: the store's host (rank 0's) is down or unreachable. No rank's training code is at
+fault, so no rank is named with confidence.
+"""
+
+from __future__ import annotations
+
+from .evidence import Evidence, finding
+
+
+def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
+    """A hang finding (cause ``rendezvous``) for start-up failures."""
+    init = ev.of("init_failure")
+    out = []
+    waits = ev.where(init, lambda d: d.get("category") == "store_wait")
+    if not waits.empty:
+        e = waits.iloc[0]
+        n, k = int(e["code"]), int(e["detail"].get("joined", -1))
+        out.append(finding("hang", "rendezvous", -1, 0.4,
+                           f"hang at start-up: only {k} of {n} workers reached the store (rank 0's "
+                           f"TCPStore): the other {n - k} never started or cannot reach "
+                           "MASTER_ADDR:MASTER_PORT (the address, a firewall, a node down)",
+                           {"joined": k, "expected": n, "suspects": []}, coords))  # fmt: skip
+    conn = ev.where(init, lambda d: d.get("category") == "store_connect")
+    if not conn.empty:
+        addrs = sorted({str(d.get("address")) for d in conn["detail"]})
+        ranks = sorted({int(r) for r in conn["rank"] if int(r) >= 0})
+        who = f"ranks {','.join(map(str, ranks[:8]))}" if len(ranks) > 1 else (
+            f"rank {ranks[0]}" if ranks else "a rank")  # fmt: skip
+        out.append(finding("hang", "rendezvous", -1, 0.35,
+                           f"hang at start-up: {who} cannot reach the store at {', '.join(addrs[:3])}: "
+                           "the store's host (rank 0's) is down, not started yet, or unreachable "
+                           "from here", {"addresses": addrs, "suspects": [0] if 0 not in ranks else []},
+                           coords))  # fmt: skip
+    return out, []

@@ -1,0 +1,52 @@
+"""Failures before or outside NCCL: the c10d store at start-up, and gloo's transport.
+
+- ``torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients.
+  1/2 clients joined.`` (``workers`` in newer torch): ``init_failure``, ``detail``
+  ``category`` store_wait, ``joined``; ``code`` the expected world size;
+- ``The client socket has timed out after 1800s while trying to connect to (host, 29500)``
+  and ``The client socket has failed to connect to [host]:29500 (errno: 111 - Connection
+  refused)``: ``init_failure``, category store_connect, ``detail.address``;
+- gloo: ``Timed out waiting 1800000ms for recv operation to complete``: a ``timeout``
+  (op ``recv``, no sequence number, like NCCL's watchdog);
+- gloo: ``[.../gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.1.1.1]:4321``
+  and ``Connection reset by peer``: ``peer_gone`` (``detail.remote`` the peer's address).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..rows import norm_op
+from .events import Event
+from .lines import LogLine
+
+_STORE_WAIT = re.compile(r"Timed out after (?P<s>\d+) seconds waiting for (?:clients|workers)\. "
+                         r"(?P<k>\d+)/(?P<n>\d+) (?:clients|workers) joined")  # fmt: skip
+_CONNECT = re.compile(r"client socket has (?:timed out after \d+s while trying to connect|failed "
+                      r"to connect) to \(?\[?(?P<addr>[\w.:\-\]\[]+?)\]?(?:, |:)(?P<port>\d+)\)?")  # fmt: skip
+_GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) operation to complete")
+_GLOO_PEER = re.compile(r"gloo/transport/\w+/\w+\.cc:\d+\] (?:Connection closed by peer|Read error|"
+                        r"Connection reset by peer)\s*\[?(?P<addr>[\w.:\-]+?)\]?:(?P<port>\d+)")  # fmt: skip
+MARKERS = ("waiting for clients", "waiting for workers", "client socket", "Timed out waiting",
+           "gloo/transport")  # fmt: skip
+
+
+def parse(line: LogLine) -> list[Event]:
+    """The events of one line (see the module doc)."""
+    t = line.text
+    base = dict(rank=line.rank, local_rank=line.local_rank, host=line.host, line=line.number,
+                text=t)  # fmt: skip
+    if m := _STORE_WAIT.search(t):
+        return [Event("init_failure", **base, code=int(m.group("n")),
+                      detail={"category": "store_wait", "joined": int(m.group("k")),
+                              "seconds": int(m.group("s"))})]  # fmt: skip
+    if m := _CONNECT.search(t):
+        return [Event("init_failure", **base,
+                      detail={"category": "store_connect",
+                              "address": f"{m.group('addr')}:{m.group('port')}"})]  # fmt: skip
+    if m := _GLOO_TIMEOUT.search(t):
+        return [Event("timeout", **base, op=norm_op(m.group("op")), code=int(m.group("ms")),
+                      detail={"backend": "gloo"})]  # fmt: skip
+    if m := _GLOO_PEER.search(t):
+        return [Event("peer_gone", **base, detail={"remote": m.group("addr"), "backend": "gloo"})]
+    return []
