@@ -78,25 +78,25 @@ def _with_groups(frame: pd.DataFrame) -> pd.DataFrame:
     """A timeout line that names no group takes the group of its rank's status line for
     the same work (torch 2.2-2.4 print them as two lines), else the one named group any
     rank is at with that sequence number; in the default group the rank inside it is the
-    global rank."""
+    global rank. (Vectorized: a hang of thousands of ranks has as many lines.)"""
     st = frame[(frame["kind"] == "status") & (frame["pg"] != "")]
     pg_of = {(int(r), int(g), int(q)): p for r, g, q, p in
              zip(st["rank"], st["group_rank"], st["seq"], st["pg"], strict=True)}  # fmt: skip
     name_of = dict(zip(st["pg"], st["pg_name"], strict=True))
-    todo = frame[(frame["kind"] == "timeout") & (frame["pg"] == "")]
-    for i, e in todo.iterrows():
-        p = pg_of.get((int(e["rank"]), int(e["group_rank"]), int(e["seq"])))
-        if p is not None:
-            frame.loc[i, "pg"], frame.loc[i, "pg_name"] = p, name_of.get(p, "")
+    todo = (frame["kind"] == "timeout") & (frame["pg"] == "")
+    if todo.any():
+        keys = zip(frame.loc[todo, "rank"], frame.loc[todo, "group_rank"], frame.loc[todo, "seq"],
+                   strict=True)  # fmt: skip
+        frame.loc[todo, "pg"] = [pg_of.get((int(r), int(g), int(q)), "") for r, g, q in keys]
     named = frame[frame["kind"].isin(("timeout", "status")) & (frame["pg"] != "")]
-    at_seq: dict[int, set] = {}
-    for q, p in zip(named["seq"], named["pg"], strict=True):
-        at_seq.setdefault(int(q), set()).add(p)
-    for i, e in frame[(frame["kind"] == "timeout") & (frame["pg"] == "")].iterrows():
-        groups = at_seq.get(int(e["seq"]), set())
-        if len(groups) == 1 and int(e["seq"]) >= 0:  # the one group at that sequence number
-            p = next(iter(groups))
-            frame.loc[i, "pg"], frame.loc[i, "pg_name"] = p, name_of.get(p, "")
+    at_seq = named.groupby("seq")["pg"].agg(lambda v: set(v)).to_dict()
+    todo = (frame["kind"] == "timeout") & (frame["pg"] == "") & (frame["seq"] >= 0)
+    if todo.any():  # the one group at that sequence number
+        only = [next(iter(g)) if len(g := at_seq.get(int(q), set())) == 1 else ""
+                for q in frame.loc[todo, "seq"]]  # fmt: skip
+        frame.loc[todo, "pg"] = only
+    filled = (frame["kind"] == "timeout") & (frame["pg_name"] == "") & (frame["pg"] != "")
+    frame.loc[filled, "pg_name"] = [name_of.get(p, "") for p in frame.loc[filled, "pg"]]
     default = frame["pg"].isin(DEFAULT_PG) | (frame["pg_name"] == "default_pg")
     fill = default & (frame["rank"] < 0) & (frame["group_rank"] >= 0)
     frame.loc[fill, "rank"] = frame.loc[fill, "group_rank"]
@@ -127,14 +127,17 @@ def _unnamed(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 def _same_process(frame: pd.DataFrame) -> pd.DataFrame:
     """Events of one process (``host``, ``pid``) share what any of them says of its rank
     and local rank (a crash handler's line names the pid; NCCL's lines of that pid its
-    device and rank)."""
-    procs = frame[frame["pid"] >= 0]
+    device and rank), where that is one value."""
+    procs = frame["pid"] >= 0
+    if not procs.any():
+        return frame
+    key = frame["host"].astype(str) + ":" + frame["pid"].astype(str)
     for col in ("rank", "local_rank"):
-        known = procs[procs[col] >= 0].groupby(["host", "pid"])[col].agg(lambda v: set(v))
-        for (host, pid), values in known.items():
-            if len(values) == 1:
-                rows = (frame["host"] == host) & (frame["pid"] == pid) & (frame[col] < 0)
-                frame.loc[rows, col] = next(iter(values))
+        known = frame[procs & (frame[col] >= 0)].groupby(key[procs & (frame[col] >= 0)])[col]
+        one = known.nunique()
+        value = known.first()[one == 1]
+        fill = procs & (frame[col] < 0) & key.isin(value.index)
+        frame.loc[fill, col] = key[fill].map(value).astype(int)
     return frame
 
 
