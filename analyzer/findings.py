@@ -6,9 +6,14 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-KINDS = ("straggler", "slow_communication", "hang", "crash", "desync", "nan", "pipeline_imbalance")
+KINDS = ("straggler", "slow_communication", "hang", "crash", "desync", "nan", "pipeline_imbalance",
+         "hardware")  # fmt: skip
 CAUSES = ("compute", "data_loader", "optimizer", "communication", "unknown", "gc", "cpu_contention",
-          "gpu_throttle", "gpu_contention", "stage_imbalance")  # fmt: skip
+          "gpu_throttle", "gpu_contention", "stage_imbalance",
+          # what a job's logs say (analyzer/log_evidence)
+          "stuck", "stopped_completing", "watchdog_abort", "watchdog_stuck", "rendezvous",
+          "lagging", "mismatch", "ahead", "signal", "exit_code", "exception", "nccl_error",
+          "gpu_error", "cuda_error", "network", "peer_gone", "unreachable", "checkpoint")  # fmt: skip
 NOT_FAULTS = ("pipeline_imbalance",)
 """Finding kinds that describe the job's design, not a fault (severity low)."""
 

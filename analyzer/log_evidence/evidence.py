@@ -230,11 +230,26 @@ def finding(kind: str, cause: str, rank: int, conf: float, summary: str, evidenc
     """A log finding: mesh coordinates from ``coords`` where the rank has them (logs
     rarely say), ``impact_pct`` 100 (the job stopped), ``confidence`` rounded."""
     c = coords.loc[rank].to_dict() if rank >= 0 and rank in coords.index else {}
+    evidence = {k: _short(k, v) for k, v in evidence.items()}
     return Finding(kind=kind, cause=cause, culprit_rank=int(rank),
                    host=host or str(c.get("host", "") or ""), dp=int(c.get("dp", -1)),
                    tp=int(c.get("tp", -1)), pp=int(c.get("pp", -1)),
                    confidence=round(float(conf), 2), impact_pct=100.0, summary=summary,
                    evidence=evidence)  # fmt: skip
+
+
+LONG_LIST = 32
+"""Rank lists longer than this are kept in evidence as ranges (``0-4095``)."""
+
+
+def _short(key: str, value):
+    """Evidence stays short: a long list of ranks as ranges, ``suspects`` as sorted unique
+    ranks (at most 1,024)."""
+    if not isinstance(value, list) or not value or not all(isinstance(v, int) for v in value):
+        return value
+    if key == "suspects":
+        return sorted(set(value))[:1024]
+    return span(value, limit=64) if len(value) > LONG_LIST else value
 
 
 def ranks_text(ranks) -> str:
