@@ -15,7 +15,7 @@ import dataclasses
 import pandas as pd
 
 from . import calls, crash, desync, hang, hardware, reported, stacks, startup
-from .evidence import Evidence, evidence_of, ranks_text
+from .evidence import Evidence, evidence_of, finding, ranks_text
 
 DETECTORS = (hardware, desync, crash, reported, hang, calls, stacks, startup)
 """Every log detector, each a module with ``detect``."""
@@ -36,8 +36,31 @@ def log_findings(events: pd.DataFrame, coords: pd.DataFrame) -> tuple[list, list
         notes += n
     if missing := ev.missing():
         notes.append(f"no line from {ranks_text(missing)}. {ev.world_note()}")
-    findings = _inferred(findings, ev.mapped_only())
+    findings = _inferred(findings, ev.mapped_only()) or _unplaced(ev, coords)
     return _fold(sorted(findings, key=_rank), notes), notes
+
+
+UNPLACED = (
+    ("desync", ("mismatch", "desync_report")),
+    ("hardware", ("gpu_error", "nccl_warn")),
+    ("crash", ("child_failed", "fatal_signal", "exception", "peer_gone")),
+    ("hang", ("timeout", "status", "watchdog_stuck", "fr_missing", "init_failure")),
+)
+"""Finding kind of lines that show a failure no detector placed (never "healthy")."""
+
+
+def _unplaced(ev: Evidence, coords) -> list:
+    """A weak finding for lines that show a failure no detector could place, so that a
+    failed job is never reported as healthy."""
+    for kind, kinds in UNPLACED:
+        rows = ev.of(*kinds)
+        if not rows.empty:
+            e = rows.iloc[0]
+            return [finding(kind, "unknown", -1, 0.2,
+                            f"{kind}: the lines show a failure ({int(rows['count'].sum())} such "
+                            f"lines, e.g. {str(e['text'])[:160]!r}) that they do not place on a "
+                            "rank, a group or a host", {"suspects": []}, coords)]  # fmt: skip
+    return []
 
 
 INFERRED_CAP = 0.65

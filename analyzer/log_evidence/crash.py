@@ -115,7 +115,9 @@ def _exceptions(ev: Evidence, hung: bool, coords) -> tuple[list, list[str]]:
     exc = ev.of("exception")
     if exc.empty:
         return [], []
-    exc = exc[[not any(w in t for w in TEARDOWN) for t in exc["text"]]]
+    launcher = ("ChildFailedError", "SignalException")
+    words = TEARDOWN if hung else launcher  # without a hang, an NCCL error is a cause
+    exc = exc[[not any(w in t for w in words) for t in exc["text"]]]
     if hung:  # the others wait: the rank that raised its own error and never timed out
         waiting = {int(r) for r in ev.of("timeout", "status")["rank"]}
         exc = exc[[int(r) >= 0 and int(r) not in waiting for r in exc["rank"]]]
