@@ -10,8 +10,9 @@ import typer
 from ranksight.words import counted
 
 ARTIFACTS = (
-    "Flight Recorder dumps, Kineto traces, watchdog or NCCL_DEBUG logs, py-spy dumps, "
-    "What-if Analysis parquet traces"
+    "text logs (consoles, job logs, one rank's log, dmesg: watchdog timeouts, desync "
+    "reports, torchrun summaries, NCCL_DEBUG, fr_trace/RAS output, GPU errors), Flight "
+    "Recorder dumps, Kineto traces, py-spy dumps, What-if Analysis parquet traces"
 )
 """What ``import`` reads (see :mod:`ranksight.importer.sources`)."""
 
