@@ -269,9 +269,9 @@ class ImportState:
 
 
 def _write_run(store: Store, result: ImportResult, state: ImportState, started: int) -> None:
-    # The run failed where a watchdog timed a collective out (NCCL then tears the process
-    # down); dumps and stacks alone may come from a healthy job. A hang is the analyzer's
-    # finding either way (the Runs page shows a run with one as hung).
+    # The run failed where its logs show a fault (a watchdog timeout, a failed rank, a GPU
+    # error: logs.FAULT_KINDS); dumps and stacks alone may come from a healthy job. A hang
+    # is the analyzer's finding either way (the Runs page shows a run with one as hung).
     failed = state.fault_lines > 0
     mesh = state.mesh
     result.meta.update(
