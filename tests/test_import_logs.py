@@ -109,3 +109,56 @@ def test_nothing_imported_leaves_no_run(tmp_path) -> None:
     result = import_paths(store, [str(tmp_path / "in")], ImportConfig(run_id="x"))
     assert not result.imported
     assert store.query("SELECT count() AS n FROM runs WHERE run_id = 'x'")["n"].iloc[0] == 0
+
+
+def _store(tmp_path):
+    from ranksight.store import open_store
+
+    store = open_store(str(tmp_path / "store"))
+    store.init_schema()
+    return store
+
+
+def test_fifo_and_undecodable_names_are_handled(tmp_path) -> None:
+    """A FIFO in the folder is named and skipped (reading it would block forever); a file
+    whose name is not UTF-8 is imported under a printable name."""
+    import shutil
+
+    from ranksight.importer import ImportConfig, import_paths
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    os.mkfifo(folder / "pipe")
+    odd = os.fsdecode(b"console-\xff.log")
+    shutil.copy(_case("cx-gcd-broadcast-timeout-rank0-silent"), os.path.join(folder, odd))
+    store = _store(tmp_path)
+    result = import_paths(store, [str(folder)], ImportConfig(run_id="f"))
+    by = {os.path.basename(f.path): f for f in result.files}
+    assert "not a regular file" in by["pipe"].message and by["pipe"].kind is None
+    (name,) = [f.path for f in result.imported]
+    name.encode("utf-8")  # valid text: stored and printed as it is
+    assert "\ufffd" in name
+    files = store.query("SELECT DISTINCT file FROM log_events WHERE run_id = 'f'")["file"]
+    assert list(files) == [name]
+
+
+def test_a_file_that_breaks_a_reader_is_named_and_the_rest_imported(tmp_path, monkeypatch) -> None:
+    from ranksight.importer import ImportConfig, import_paths
+    from ranksight.importer.formats.pyspy import PySpy
+
+    def broken(self, path, rank):
+        raise TypeError("frames is not a list")
+
+    monkeypatch.setattr(PySpy, "read", broken)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for f in ("pyspy.txt",):
+        (folder / f).write_bytes(open(_case("cx-pt135703-pyspy-zero3-stuck", f), "rb").read())
+    (folder / "console.log").write_bytes(
+        open(_case("cx-gcd-broadcast-timeout-rank0-silent"), "rb").read()
+    )
+    store = _store(tmp_path)
+    result = import_paths(store, [str(folder)], ImportConfig(run_id="b"))
+    (bad,) = result.failed
+    assert bad.path.endswith("pyspy.txt") and "TypeError: frames is not a list" in bad.message
+    assert [os.path.basename(f.path) for f in result.imported] == ["console.log"]

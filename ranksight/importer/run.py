@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from ranksight.collectors.base import frame
-from ranksight.store import Store
+from ranksight.store import Store, StoreError
 
 from . import logs, sources
 from .formats import FORMATS, Format
@@ -207,9 +207,16 @@ class ImportState:
                         f"rank {rank} was already imported from {first}: a second {art.kind} "
                         "file of one rank (another job? import it under its own --run)"
                     )
+        except StoreError:
+            raise
         except (ValueError, OSError, EOFError) as exc:
             self.progress(size if art.kind != "kineto" else 0, art.path)
             return FileResult(art.name, art.kind, False, f"{art.kind}: {exc}", rank)
+        except Exception as exc:  # noqa: BLE001 - a bad file is named and skipped, never fatal
+            self._drop_last(reader)
+            self.progress(size if art.kind != "kineto" else 0, art.path)
+            why = f"cannot be read ({type(exc).__name__}: {exc})"
+            return FileResult(art.name, art.kind, False, f"{art.kind}: {why}", rank)
         if art.kind != "kineto":
             self.progress(size, art.path)
         if message.startswith("skipped: "):

@@ -14,6 +14,7 @@ import dataclasses
 import gzip
 import lzma
 import os
+import stat
 import tarfile
 import tempfile
 import zipfile
@@ -38,8 +39,9 @@ class Artifact:
 
     @property
     def name(self) -> str:
-        """The name messages give the file."""
-        return self.shown or self.path
+        """The name messages (and stored rows) give the file: valid UTF-8, a name's
+        undecodable bytes shown as U+FFFD."""
+        return printable(self.shown or self.path)
 
 
 def head_of(path: str) -> bytes:
@@ -179,7 +181,19 @@ def _own_folder(real: str, skipped: set[str]) -> str:
     return ""
 
 
+def printable(name: str) -> str:
+    """``name`` (a path as the OS gave it, undecodable bytes as surrogates) as valid
+    UTF-8 text."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def _one(path: str, workdir: str, named: bool) -> list[Artifact]:
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError as exc:
+        return [Artifact(path, None, f"cannot read: {exc.strerror or exc}", named)]
+    if not regular:  # a FIFO or a device: reading it could block forever
+        return [Artifact(path, None, "not a regular file (a FIFO, a socket or a device)", named)]
     if is_archive(path):
         try:
             dest = extract(path, workdir)
