@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from ranksight.store.schema import table
+
 KINDS = (
     "timeout",  # a watchdog or blocking-wait timeout of one work item (seq, op, numel)
     "status",  # a watchdog status line: failed at work seq, last enqueued / completed
@@ -34,6 +36,11 @@ KINDS = (
     "stack",  # a py-spy dump: the main thread's innermost frames and what they say
     "nccl_info",  # one process's NCCL version, topology and transport lines
 )
+
+
+_RANGES = {"Int32": (-(1 << 31), 1 << 31), "UInt32": (0, 1 << 32), "Int64": (-(1 << 63), 1 << 63)}
+_BOUNDS = {name: _RANGES[t] for name, t in table("log_events").columns if t in _RANGES}
+"""Each integer column's bounds (store/schema.py): a value past them is unknown (-1)."""
 
 
 @dataclass(slots=True)
@@ -82,9 +89,10 @@ class Event:
     def row(self) -> dict:
         """The ``log_events`` row (``detail`` as JSON text, ``text`` cut to 400 chars)."""
         r = asdict(self)
-        for k, v in r.items():  # a value past Int64 (COALESCED's NumelIn=2**64-1) is unknown
-            if isinstance(v, int) and not -(1 << 63) <= v < (1 << 63):
-                r[k] = -1
+        for k, v in r.items():  # a value past its column (NumelIn=2**64-1, [rank99999999999])
+            lo, hi = _BOUNDS.get(k, (-(1 << 63), 1 << 63))
+            if isinstance(v, int) and not lo <= v < hi:
+                r[k] = -1 if lo < 0 else hi - 1
         r["detail"] = json.dumps(self.detail, sort_keys=True, default=str)
         r["text"] = self.text[:400]
         return r
