@@ -48,8 +48,10 @@ def _fatal(ev: Evidence, coords) -> list:
     return [finding("crash", "signal", ranks[0] if len(ranks) == 1 else -1, conf,
                     f"crash: {who} died of {', '.join(names) or 'a fatal signal'}"
                     + (f" on {', '.join(hosts[:3])}" if hosts else "")
-                    + ": the process itself failed (a bad address, shared memory too small, "
-                    "a driver fault), the others were left waiting",
+                    + (": killed from outside (the host's memory ran out)" if any(
+                        "OOM" in n for n in names) else ": the process itself failed (a bad "
+                       "address, shared memory too small, a driver fault)")
+                    + "; the others were left waiting",
                     {"signals": names, "processes": procs[:16], "suspects": ranks}, coords,
                     host=hosts[0] if len(hosts) == 1 else "")]  # fmt: skip
 
