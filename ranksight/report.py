@@ -167,10 +167,10 @@ TEXT_HIDDEN = ("groups", "positions", "pairs", "hang", "frames")
 """Evidence keys the text report leaves to ``--format json`` (per-rank detail)."""
 
 
-def _print_evidence(f: Finding, console: Console) -> None:
-    """Evidence of a non-straggler finding, one line per key (nested values as JSON; rank
-    lists written as ranges; per-rank detail only in JSON); text from a job's log is
-    printed as it is, never read as markup."""
+def _evidence_lines(f: Finding) -> list[tuple[str, str]]:
+    """(key, text) of a non-straggler finding's evidence: nested values as JSON, rank
+    lists as ranges, per-rank detail left to ``--format json``."""
+    out = []
     for key, value in f.evidence.items():
         if key in TEXT_HIDDEN or value in ([], "", None):
             continue
@@ -180,7 +180,15 @@ def _print_evidence(f: Finding, console: Console) -> None:
             text = "; ".join(str(v) for v in value)
         else:
             text = value if isinstance(value, (int, float, str)) else json.dumps(value, default=str)
-        console.print(f"  {key}: {escape(str(text))}", soft_wrap=True)
+        out.append((key, str(text)))
+    return out
+
+
+def _print_evidence(f: Finding, console: Console) -> None:
+    """Evidence of a non-straggler finding, one line per key (:func:`_evidence_lines`);
+    text from a job's log is printed as it is, never read as markup."""
+    for key, text in _evidence_lines(f):
+        console.print(f"  {key}: {escape(text)}", soft_wrap=True)
 
 
 def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
@@ -200,17 +208,22 @@ def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
             if is_imported(run or {})
             else "**No step records to compare ranks on; no hang, crash or desync.**"
         )
+    lines += [f"- note: {n}" for n in analysis.notes] + ([""] if analysis.notes else [])
     for i, f in enumerate(analysis.findings, 1):
         lines += [
             f"## {i}. {f.kind}: {_who(f)}, cause {f.cause}",
             "",
+            f"Confidence {f.confidence:.2f}, impact {f.impact_pct:.0f}%.",
+            "",
             f.summary,
             "",
-            "| phase | rank ms | peers ms | ratio |",
-            "|---|---|---|---|",
         ]
-        lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _phase_rows(f)]
-        lines.append("")
+        if rows := _phase_rows(f):
+            lines += ["| phase | rank ms | peers ms | ratio |", "|---|---|---|---|"]
+            lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+            lines.append("")
+        elif f.kind != "straggler":
+            lines += [f"- {k}: {v}" for k, v in _evidence_lines(f)] + [""]
         if f.kind == "straggler":
             lines += [f"{_waits_title(f)}:", "", "| by | ms |", "|---|---:|"]
             lines += [f"| {by} | {ms} |" for by, ms in _wait_rows(f)]
