@@ -363,8 +363,9 @@ def test_store_inside_the_input_folder_is_not_read(tmp_path) -> None:
             os.path.join("old", "store"): "skipped: a ranksight store, not an artifact",
         }
         assert culprits(analysis) == {1}
-    named, _ = run(store, str(folder / "store" / "runs"), run_id="c")
+    named = import_paths(store, [str(folder / "store" / "runs")], ImportConfig(run_id="c"))
     assert not named.imported and "store being imported into" in named.failed[0].message
+    assert store.query("SELECT count() AS n FROM runs WHERE run_id = 'c'")["n"].iloc[0] == 0
 
 
 def test_archive_by_content_and_named_by_member(chdb, tmp_path) -> None:

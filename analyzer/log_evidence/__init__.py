@@ -54,6 +54,7 @@ def _unplaced(ev: Evidence, coords) -> list:
     failed job is never reported as healthy."""
     for kind, kinds in UNPLACED:
         rows = ev.of(*kinds)
+        rows = ev.where(rows, lambda d: d.get("category") != "other")  # no failure (is_fault)
         if not rows.empty:
             e = rows.iloc[0]
             return [finding(kind, "unknown", -1, 0.2,

@@ -137,7 +137,8 @@ def _same_process(frame: pd.DataFrame) -> pd.DataFrame:
         one = known.nunique()
         value = known.first()[one == 1]
         fill = procs & (frame[col] < 0) & key.isin(value.index)
-        frame.loc[fill, col] = key[fill].map(value).astype(int)
+        if fill.any():
+            frame.loc[fill, col] = key[fill].map(value).to_numpy(dtype=frame[col].dtype)
     return frame
 
 

@@ -78,7 +78,7 @@ class TextLog(Format):
         world = max(said + [seen[-1] + 1 if seen else 0])
         for r in seen:
             st.rows.add("ranks", {"rank": r, "world_size": world, "dp": -1, "tp": -1, "pp": -1})
-        st.fault_lines = sum(e.count for e in events if e.kind in logs.FAULT_KINDS)
+        st.fault_lines = sum(e.count for e in events if logs.is_fault(e))
         notes = {str(e.rank): e.detail["notes"] for e in events if e.kind == "nccl_info"}
         if notes:
             result.meta["nccl_notes"] = notes

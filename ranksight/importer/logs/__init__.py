@@ -45,7 +45,16 @@ LINE_FORMATS: tuple = (
 FAULT_KINDS = ("timeout", "status", "desync_report", "mismatch", "child_failed", "nccl_warn",
                "fr_missing", "gpu_error", "exception", "watchdog_stuck", "fatal_signal",
                "init_failure", "peer_gone")  # fmt: skip
-"""Events that say the job failed: a run with one is never "finished"."""
+"""Events that say the job failed: a run with one is never "finished" (an NCCL warning
+of no known category, e.g. a library it falls back from, is no failure: :func:`is_fault`)."""
+
+
+def is_fault(e: Event) -> bool:
+    """Whether ``e`` says the job failed (see :data:`FAULT_KINDS`)."""
+    return e.kind in FAULT_KINDS and not (
+        e.kind == "nccl_warn" and e.detail.get("category") == "other"
+    )
+
 
 MAX_EVENTS = 200_000
 """Most events kept from one file after repeats are folded (the rest counted as cut)."""

@@ -112,6 +112,18 @@ WRAP_WIDTH = 80
 (joined with no space: the wrap cuts words)."""
 
 
+def _continues(nxt: str | None) -> bool:
+    """Whether ``nxt`` can be the rest of a wrapped line: it has no prefix of its own (no
+    rank, host, timestamp or line number) and starts no line of its own."""
+    if nxt is None or not nxt.strip():
+        return False
+    text, rank, local, host = split_prefix(nxt)
+    return (
+        rank < 0 and local < 0 and not host and text == nxt.lstrip()
+        and not _STARTS_NEW.match(text)
+    )  # fmt: skip
+
+
 def _pairs(raw_lines: Iterable[str]) -> Iterator[tuple[str, str | None]]:
     """Each line with the one after it (None after the last)."""
     it = iter(raw_lines)
@@ -137,16 +149,15 @@ def logical_lines(raw_lines: Iterable[str]) -> Iterator[LogLine]:
         if pending and pending[6]:  # the wrap goes on: this piece belongs to it
             pending[0] += raw.rstrip() if width != pending[6] else raw
             pending[5] += 1
-            if width != pending[6] or nxt is None or _STARTS_NEW.match(nxt):
+            if width != pending[6] or not _continues(nxt):
                 pending[6] = 0
             width_before = width
             continue
         text, rank, local, host = split_prefix(raw)
         wraps = (
             width >= WRAP_WIDTH
-            and nxt is not None
-            and not _STARTS_NEW.match(nxt)
-            and (len(nxt) == width or width_before == width)
+            and _continues(nxt)
+            and (len(nxt or "") == width or width_before == width)
         )
         if pending:
             same = rank in (-1, pending[2]) and not _STARTS_NEW.match(raw.lstrip())
