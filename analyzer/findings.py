@@ -7,13 +7,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 KINDS = ("straggler", "slow_communication", "hang", "crash", "desync", "nan", "pipeline_imbalance",
-         "hardware")  # fmt: skip
+         "hardware", "network")  # fmt: skip
 CAUSES = ("compute", "data_loader", "optimizer", "communication", "unknown", "gc", "cpu_contention",
           "gpu_throttle", "gpu_contention", "stage_imbalance",
           # what a job's logs say (analyzer/log_evidence)
           "stuck", "stopped_completing", "watchdog_abort", "watchdog_stuck", "rendezvous",
           "lagging", "mismatch", "ahead", "signal", "exit_code", "exception", "nccl_error",
-          "gpu_error", "cuda_error", "network", "peer_gone", "unreachable", "checkpoint")  # fmt: skip
+          "gpu_error", "cuda_error", "pcie", "network", "peer_gone", "unreachable", "checkpoint")  # fmt: skip
 NOT_FAULTS = ("pipeline_imbalance",)
 """Finding kinds that describe the job's design, not a fault (severity low)."""
 

@@ -26,7 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "data", "realworld")
 DOC = os.path.join(HERE, "..", "docs", "import-validation.md")
 CONFIDENT = 0.7
-KIND_ALIASES = {"network": {"hardware"}, "oom": {"crash"}, "data_loader": {"hang"}}
+KIND_ALIASES = {"network": {"hardware"}, "hardware": {"network"}, "oom": {"crash"},
+                "data_loader": {"hang"}}
 """Answer kinds and the finding kinds that say the same."""
 ALLOWED = ("right", "undecided")
 """Verdicts a test accepts: "undecided" is the report saying the lines show no fault."""
@@ -129,7 +130,8 @@ def score(case: str) -> Score:
         store.init_schema()
         result = import_paths(store, _inputs(folder), ImportConfig(run_id="c"))
         findings = analyze(store, "c").findings if result.imported else []
-        status = store.query("SELECT status FROM runs WHERE run_id = 'c'")["status"].iloc[-1]
+        runs = store.query("SELECT status FROM runs WHERE run_id = 'c'")["status"]
+        status = runs.iloc[-1] if len(runs) else "failed"  # nothing read: never "undecided"
     answer = meta["answer"]
     return Score(
         case,

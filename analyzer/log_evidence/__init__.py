@@ -20,7 +20,7 @@ from .evidence import Evidence, evidence_of, finding, ranks_text
 DETECTORS = (hardware, desync, crash, reported, hang, calls, stacks, startup)
 """Every log detector, each a module with ``detect``."""
 
-ORDER = ("hardware", "desync", "crash", "hang")
+ORDER = ("hardware", "network", "desync", "crash", "hang")
 """Finding kinds, cause first: the report's first finding is the one to act on."""
 
 
@@ -42,8 +42,12 @@ def log_findings(events: pd.DataFrame, coords: pd.DataFrame) -> tuple[list, list
 
 UNPLACED = (
     ("desync", ("mismatch", "desync_report")),
-    ("hardware", ("gpu_error", "nccl_warn")),
-    ("crash", ("child_failed", "fatal_signal", "exception", "peer_gone")),
+    ("hardware", ("gpu_error",)),
+    ("network", ("nccl_warn",)),
+    (
+        "crash",
+        ("child_failed", "fatal_signal", "exception", "peer_gone", "nccl_error", "worker_died"),
+    ),
     ("hang", ("timeout", "status", "watchdog_stuck", "fr_missing", "init_failure")),
 )
 """Finding kind of lines that show a failure no detector placed (never "healthy")."""
@@ -54,7 +58,7 @@ def _unplaced(ev: Evidence, coords) -> list:
     failed job is never reported as healthy."""
     for kind, kinds in UNPLACED:
         rows = ev.of(*kinds)
-        rows = ev.where(rows, lambda d: d.get("category") != "other")  # no failure (is_fault)
+        rows = ev.where(rows, lambda d: d.get("category") != "benign")  # no failure (is_fault)
         if not rows.empty:
             e = rows.iloc[0]
             return [finding(kind, "unknown", -1, 0.2,
@@ -85,7 +89,7 @@ FOLD_CONFIDENCE = 0.45
 def _fold(findings: list, notes: list[str]) -> list:
     """The hang a desync, a hardware error or a crash explains goes into its evidence (as
     ``analyzer/diagnose.py`` folds a live hang into its desync)."""
-    cause = next((f for f in findings if f.kind in ("desync", "hardware", "crash")
+    cause = next((f for f in findings if f.kind in ("desync", "hardware", "network", "crash")
                   and f.confidence >= FOLD_CONFIDENCE), None)  # fmt: skip
     if cause is None:
         return findings

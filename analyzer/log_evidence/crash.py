@@ -8,7 +8,7 @@ the scheduler; an exit code with the rank's own exception is the rank's own fail
 
 from __future__ import annotations
 
-from .evidence import Evidence, finding, ranks_text
+from .evidence import Evidence, finding, keep, ranks_text
 
 TEARDOWN = ("DistBackendError", "watchdog", "Watchdog", "NCCL communicator was aborted",
             "ProcessGroupNCCL", "ChildFailedError", "Signal", "SignalException")  # fmt: skip
@@ -56,11 +56,35 @@ def _fatal(ev: Evidence, coords) -> list:
                     host=hosts[0] if len(hosts) == 1 else "")]  # fmt: skip
 
 
+def _ray_deaths(ev: Evidence, coords) -> tuple[list, list[str]]:
+    """A Ray worker that died: the cause when it is one death; a consequence when many
+    die beside timeouts (the watchdog takes them down)."""
+    wd = ev.of("worker_died")
+    if wd.empty:
+        return [], []
+    n = int(wd["code"].clip(lower=1).sum())
+    where = sorted({f"pid {int(p)} on {h}" if int(p) >= 0 else str(h) for p, h in
+                    zip(wd["pid"], wd["host"], strict=True)})  # fmt: skip
+    hung = not ev.of("timeout", "status").empty
+    if n > 2 and hung:
+        return [], [f"Ray reports {n} workers died ({', '.join(where[:3])}): most likely the "
+                    "watchdog's teardown after the timeouts"]  # fmt: skip
+    hosts = sorted({str(h) for h in wd["host"] if str(h)})
+    return [finding("crash", "worker_died", -1, 0.4,
+                    f"crash: Ray reports {'a worker' if n == 1 else f'{n} workers'} died "
+                    f"({', '.join(where[:3])}): killed from outside (the OOM killer) or a fatal "
+                    "error in it; its rank is not in these lines"
+                    + ("; the timeouts follow from it" if hung else ""),
+                    {"suspects": [], "hosts": hosts}, coords,
+                    host=hosts[0] if len(hosts) == 1 else "")], []  # fmt: skip
+
+
 def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
-    """Crash findings for fatal signals, and for torchrun's root cause or a rank's own
-    exception."""
+    """Crash findings for fatal signals, Ray worker deaths, and torchrun's root cause or a
+    rank's own exception."""
     found, notes = _crashes(ev, coords)
-    return _fatal(ev, coords) + found, notes
+    ray, more = _ray_deaths(ev, coords)
+    return _fatal(ev, coords) + ray + found, notes + more
 
 
 def _crashes(ev: Evidence, coords) -> tuple[list, list[str]]:
@@ -109,7 +133,8 @@ def _child_failed(ev: Evidence, cf, hung: bool, coords) -> tuple[list, list[str]
             conf = min(conf, 0.45)
     return [finding(kind, cause, culprit, conf, summary,
                     {"exitcode": code, "signal": sig, "local_rank": local,
-                     "other_failures": others, "suspects": [rank] if rank >= 0 else []},
+                     "other_failures": others,
+                     "suspects": [rank] if rank >= 0 and kind == "crash" else []},
                     coords, host=str(e["host"]))], []  # fmt: skip
 
 
@@ -117,12 +142,15 @@ def _exceptions(ev: Evidence, hung: bool, coords) -> tuple[list, list[str]]:
     exc = ev.of("exception")
     if exc.empty:
         return [], []
+    told = ev.frame[~ev.frame["kind"].isin(("exception", "present", "world"))]
+    said = set(zip(told["file"], told["line"], strict=True))  # lines another detector reads
+    exc = keep(exc, [(f, n) not in said for f, n in zip(exc["file"], exc["line"], strict=True)])
     launcher = ("ChildFailedError", "SignalException")
     words = TEARDOWN if hung else launcher  # without a hang, an NCCL error is a cause
-    exc = exc[[not any(w in t for w in words) for t in exc["text"]]]
+    exc = keep(exc, [not any(w in t for w in words) for t in exc["text"]])
     if hung:  # the others wait: the rank that raised its own error and never timed out
         waiting = {int(r) for r in ev.of("timeout", "status")["rank"]}
-        exc = exc[[int(r) >= 0 and int(r) not in waiting for r in exc["rank"]]]
+        exc = keep(exc, [int(r) >= 0 and int(r) not in waiting for r in exc["rank"]])
         if exc.empty or exc["rank"].nunique() > 2:
             return [], []
     if exc.empty:
@@ -134,12 +162,12 @@ def _exceptions(ev: Evidence, hung: bool, coords) -> tuple[list, list[str]]:
         where = ("the communicator or the network (NCCL's own error)" if nccl
                  else "the code, the data or the environment")  # fmt: skip
         return [finding("crash", "nccl_error" if nccl else "exception", -1, 0.3,
-                        f"crash: {ranks_text(ranks)} raised {e['op']}: "
-                        f"{str(e['text'])[:160]}: the same error on most ranks, so {where}, "
+                        f"crash: {ranks_text(ranks)} raised {str(e['text']).strip()[:160]}: the "
+                        f"same error on most ranks, so {where}, "
                         "not one rank", {"exception": e["op"], "suspects": []}, coords)], []  # fmt: skip
     rank = ranks[0] if len(ranks) == 1 else -1
     who = ranks_text(ranks) if ranks else "a process (rank not said)"
     while_ = ", while the others waited in their collectives" if hung else ""
     return [finding("crash", "exception", rank, 0.5 if rank >= 0 else 0.3,
-                    f"crash: {who} raised {e['op']}{while_}: {str(e['text'])[:160]}",
+                    f"crash: {who} raised {str(e['text']).strip()[:200]}{while_}",
                     {"exception": e["op"], "suspects": ranks}, coords)], []  # fmt: skip

@@ -74,6 +74,12 @@ def _fingerprints(ev: Evidence, coords) -> list:
             + (f" #{int(e['seq'])}" if int(e["seq"]) >= 0 else "")
             + f", rank {int(e['peer'])} ran {d.get('peer_op') or '?'}"
             + (f" #{d['peer_seq']}" if int(d.get("peer_seq", -1)) >= 0 else ""))  # fmt: skip
+    if e["op"] == d.get("peer_op") and d.get("shape") != d.get("peer_shape"):
+        what += (
+            f" with other tensors (shapes {d.get('shape') or '?'} vs {d.get('peer_shape') or '?'})"
+        )
+    elif e["op"] == d.get("peer_op") and d.get("dtype") != d.get("peer_dtype"):
+        what += f" with other dtypes ({d.get('dtype') or '?'} vs {d.get('peer_dtype') or '?'})"
     ev_ = {"seq": int(e["seq"]), "op": e["op"], "peer_op": d.get("peer_op", ""),
            "pairs": sorted(pairs)[:20]}  # fmt: skip
     top, n = seen.most_common(1)[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from ranksight.words import span
@@ -49,7 +50,7 @@ class Evidence:
 
     def where(self, frame: pd.DataFrame, test) -> pd.DataFrame:
         """The rows of ``frame`` whose parsed ``detail`` passes ``test(detail)``."""
-        return frame[[bool(test(d)) for d in frame["detail"]]] if len(frame) else frame
+        return keep(frame, [bool(test(d)) for d in frame["detail"]])
 
     def missing(self) -> list[int]:
         """Ranks of the world that left no line at all (below the lower bound only, where
@@ -68,6 +69,12 @@ class Evidence:
             f"World size at least {self.world}, the highest rank seen: ranks above "
             f"{self.world - 1} may exist and be silent too."
         )
+
+
+def keep(frame: pd.DataFrame, mask: list[bool]) -> pd.DataFrame:
+    """The rows of ``frame`` where ``mask`` (one bool per row) holds; an empty frame keeps
+    its columns (``frame[[]]`` would select no columns instead)."""
+    return frame[np.asarray(mask, dtype=bool)] if len(frame) else frame
 
 
 DEFAULT_PG = ("0", "default_pg")
@@ -103,15 +110,22 @@ def _with_groups(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+CLOSE_SEQS = 8
+"""Timeouts of one op whose sequence numbers are this close are taken as one group's."""
+
+
 def _unnamed(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """Lines that name neither their group nor a global rank (torch < 2.2 with no
     launcher prefix): their ``[Rank N]`` is taken as the global rank when their timeouts
-    all agree on one op and sequence number (one group: most likely the default one)."""
+    are all at one sequence number (one group: most likely the default one; the ops may
+    differ there, which is a desync)."""
     anon = (frame["rank"] < 0) & (frame["group_rank"] >= 0) & (frame["pg"] == "")
     if not anon.any():
         return frame, ""
     t = frame[anon & (frame["kind"] == "timeout")]
-    if len({(o, q) for o, q in zip(t["op"], t["seq"], strict=True)}) > 1:
+    seqs = {int(q) for q in t["seq"] if int(q) >= 0}
+    close = seqs and max(seqs) - min(seqs) <= CLOSE_SEQS and len(set(t["op"]) - {""}) <= 1
+    if len(seqs) > 1 and not close:  # several sequence numbers: several groups, maybe
         return frame, (
             "timeouts at several sequence numbers name neither their process group nor the "
             "global rank: their [Rank N] cannot be mapped to global ranks"
@@ -120,7 +134,7 @@ def _unnamed(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     frame.loc[anon, "mapped"] = True
     return frame, (
         "the lines name no process group and no launcher rank: their [Rank N] is taken as "
-        "the global rank (every timeout is the same op and sequence number)"
+        "the global rank (every timeout is at one sequence number, or one op a few apart)"
     )
 
 

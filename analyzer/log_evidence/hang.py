@@ -155,7 +155,7 @@ def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
         f"; and {len(summaries) - 4} more groups" if len(summaries) > 4 else ""
     )
     ahead = {r: v for r, v in odd.items() if v[1] > v[3]}
-    if ahead and len(ahead) < len(blocked):
+    if ahead and len(ahead) <= len(blocked):
         return _ahead(ahead, blocked, base, coords)
     if behind or odd:
         culprits = sorted(set(behind) | set(odd))
@@ -246,7 +246,10 @@ def _ahead(ahead: dict, blocked: set, base: dict, coords) -> object:
     why = [f"rank {r} is at #{s} ({o or 'op'}) of {g} while the others are at #{at}"
            for r, (g, s, o, at) in sorted(ahead.items())]  # fmt: skip
     ranks = sorted(ahead)
+    tie = len(ranks) >= len(blocked)  # two ranks, one ahead: which is wrong is not said
     conf = 0.6 if len(ranks) == 1 and len(blocked) >= 3 else 0.4
+    if tie:
+        ranks = sorted(set(ranks) | set(blocked))
     return finding("desync", "ahead", ranks[0] if len(ranks) == 1 else -1, conf,
                    "desync: " + "; ".join(why[:6]) + ": it skipped or issued an extra "
                    "collective, the odd one out (the others wait for it in the op it passed)",

@@ -8,13 +8,37 @@ pipe" names the *other* end, which most often went away first (a crash on that h
 
 from __future__ import annotations
 
-from .evidence import Evidence, finding
+from .evidence import Evidence, finding, ranks_text
 
 GPU_CONFIDENCE = {"xid": 0.8, "ecc": 0.8, "nvml": 0.8, "aer": 0.7, "cuda": 0.4}
 """How sure a GPU error makes the hardware finding (hardware XIDs; an application XID,
 a corrected AER error or a CUDA error an application can cause count lower)."""
-NET_CONFIDENCE = {"ib_async": 0.6, "ib_completion": 0.5, "ib_verbs": 0.45, "net_mismatch": 0.4,
-                  "remote_closed": 0.35, "cuda": 0.4, "other": 0.3}  # fmt: skip
+NET_CONFIDENCE = {"ib_async": 0.6, "ib_completion": 0.5, "ib_verbs": 0.45, "net": 0.45,
+                  "net_mismatch": 0.4, "remote_closed": 0.35, "cuda": 0.4, "other": 0.3}  # fmt: skip
+NCCL_ERRORS = {
+    "remote": (
+        "network",
+        "network",
+        "a remote process exited or the network failed (NCCL's "
+        "ncclRemoteError): the peer's own log, or the fabric, says which",
+    ),
+    "system": (
+        "crash",
+        "nccl_error",
+        "a system call failed inside NCCL (ncclSystemError): "
+        "often /dev/shm too small in a container, sockets or file limits",
+    ),
+    "cuda": ("crash", "cuda_error", "a CUDA call failed inside NCCL"),
+    "usage": (
+        "crash",
+        "nccl_error",
+        "NCCL was called wrongly (invalid usage or argument): the "
+        "job's configuration or code, not one rank's hardware",
+    ),
+    "internal": ("crash", "nccl_error", "an internal NCCL error"),
+    "other": ("crash", "nccl_error", "an NCCL error"),
+}
+"""An NCCL error class -> (finding kind, cause, what it means)."""
 
 
 def _gpu(ev: Evidence, coords) -> list:
@@ -31,16 +55,22 @@ def _gpu(ev: Evidence, coords) -> list:
         conf = GPU_CONFIDENCE.get(cat, 0.4) if hard else 0.3
         ranks = sorted({int(r) for r in rows["rank"] if int(r) >= 0})
         rank = ranks[0] if len(ranks) == 1 else -1
-        what = f"XID {int(e['code'])}" if cat == "xid" and int(e["code"]) >= 0 else cat.upper()
-        where = " ".join(
-            x for x in (f"on {host}" if host else "", f"GPU {dev}" if dev else "") if x
-        )
-        who = f"rank {rank}'s GPU" if rank >= 0 else "a GPU"
-        kind = "hardware" if hard else "crash"
-        summary = (f"{'hardware' if hard else 'GPU error'}: {who} {where} reported {what}: "
-                   f"{d.get('message', '')}".rstrip(": ")
-                   + ("" if hard else " (an application can cause this error too)"))  # fmt: skip
-        out.append(finding(kind, "gpu_error" if hard else "cuda_error", rank, conf, summary,
+        what = {"xid": f"XID {int(e['code'])}" if int(e["code"]) >= 0 else "an XID error",
+                "ecc": "an uncorrectable ECC error", "nvml": "an NVML error",
+                "aer": "a PCIe AER error", "cuda": "a CUDA error"}.get(cat, cat)  # fmt: skip
+        gpu = f"GPU {dev}" if dev else "GPU"
+        who = f"rank {rank}'s {gpu}" if rank >= 0 else f"the {gpu}" if dev else "a GPU"
+        where = f" on {host}" if host else ""
+        kind = "hardware" if hard or cat == "aer" else "crash"
+        if cat == "aer":
+            who = f"the PCIe device {dev}" if dev else "a PCIe device"
+        message = str(d.get("message", "")).strip().rstrip(".")
+        summary = (f"{'hardware' if hard else 'GPU error'}: {who}{where} reported {what}"
+                   + (f" ({message})" if message else "")
+                   + ("" if hard else ": the link recovered by itself; a marginal link if it "
+                      "repeats" if cat == "aer" else ": an application can cause this error too"))  # fmt: skip
+        cause = "gpu_error" if hard else "pcie" if cat == "aer" else "cuda_error"
+        out.append(finding(kind, cause, rank, conf, summary,
                            {"device": dev, "category": cat, "xid": int(e["code"]),
                             "lines": int(rows["count"].sum()), "suspects": ranks},
                            coords, host=str(host)))  # fmt: skip
@@ -54,7 +84,8 @@ def _network(ev: Evidence, coords) -> list:
         return out
     cats = w.assign(cat=[d.get("category", "other") if k == "nccl_warn" else "remote_closed"
                          for k, d in zip(w["kind"], w["detail"], strict=True)])  # fmt: skip
-    for cat in ("ib_async", "ib_completion", "ib_verbs", "net_mismatch", "remote_closed", "cuda"):
+    for cat in ("ib_async", "ib_completion", "ib_verbs", "net", "net_mismatch", "remote_closed",
+                "cuda", "other"):  # fmt: skip
         rows = cats[cats["cat"] == cat]
         if rows.empty:
             continue
@@ -72,12 +103,17 @@ def _network(ev: Evidence, coords) -> list:
             host = remote[0] if len(remote) == 1 else ""
             rank = -1
         else:
-            summary = (f"{'network' if cat != 'cuda' else 'GPU error'}: NCCL on "
-                       f"{', '.join(hosts[:4]) or 'a host'} warns: {str(e['text'])[:160]}")  # fmt: skip
+            what = {"cuda": "GPU error", "other": "crash"}.get(cat, "network")
+            summary = (f"{what}: NCCL on {', '.join(hosts[:4]) or 'a host'} warns: "
+                       f"{str(e['text'])[:160]}")  # fmt: skip
             host = hosts[0] if len(hosts) == 1 else ""
-            rank = ranks[0] if len(ranks) == 1 else -1
-        kind = "crash" if cat in ("cuda", "remote_closed") else "hardware"
-        cause = {"cuda": "cuda_error", "remote_closed": "peer_gone"}.get(cat, "network")
+            stated = sorted({int(r) for r, m in zip(rows["rank"], rows["mapped"], strict=True)
+                             if int(r) >= 0 and not m})  # fmt: skip
+            rank = stated[0] if len(stated) == 1 else -1
+        kind = "crash" if cat in ("cuda", "remote_closed", "other") else "network"
+        cause = {"cuda": "cuda_error", "remote_closed": "peer_gone", "other": "nccl_error"}.get(
+            cat, "network"
+        )
         out.append(finding(kind, cause, rank,
                            NET_CONFIDENCE[cat], summary,
                            {"category": cat, "hosts": hosts, "remote": remote,
@@ -91,7 +127,7 @@ def _network(ev: Evidence, coords) -> list:
                            f"{around[0]}", {"suspects": around}, coords))  # fmt: skip
     elif around:
         hosts = sorted({str(h) for h in mm["host"] if str(h)})
-        out.append(finding("hardware", "network", -1, 0.35,
+        out.append(finding("network", "network", -1, 0.35,
                            f"network: NCCL on {', '.join(hosts[:4]) or 'several processes'} saw "
                            f"mismatched collectives around {len(around)} ranks at once "
                            f"({','.join(map(str, around[:8]))}): data corrupted on the way "
@@ -101,6 +137,25 @@ def _network(ev: Evidence, coords) -> list:
     return out
 
 
+def _nccl_errors(ev: Evidence, coords) -> list:
+    """One finding per class of ``NCCL error`` raised (a network error before the crash
+    the same words would make)."""
+    ne = ev.of("nccl_error")
+    out = []
+    for cls, rows in ne.groupby("op", sort=False):
+        kind, cause, meaning = NCCL_ERRORS.get(str(cls), NCCL_ERRORS["other"])
+        ranks = sorted({int(r) for r in rows["rank"] if int(r) >= 0})
+        who = ranks_text(ranks) if ranks else "a rank"
+        many = len(ranks) > 2
+        out.append(finding(kind, cause, ranks[0] if len(ranks) == 1 and kind == "crash" else -1,
+                           0.3 if many else 0.4,
+                           f"{kind}: {who} raised an NCCL error: {meaning}"
+                           + (" (the same on many ranks: not one rank's fault)" if many else ""),
+                           {"nccl_error": str(cls), "suspects": [] if many else ranks}, coords))  # fmt: skip
+    return out
+
+
 def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
-    """Hardware findings of GPU errors and NCCL's network warnings."""
-    return _gpu(ev, coords) + _network(ev, coords), []
+    """Hardware findings of GPU errors, network findings of NCCL's transport warnings and
+    errors."""
+    return _gpu(ev, coords) + _network(ev, coords) + _nccl_errors(ev, coords), []

@@ -9,38 +9,49 @@ says so. A dump of a rank waiting in a collective says it is a victim.
 from __future__ import annotations
 
 from ..postmortem import stack_cause
-from .evidence import Evidence, finding
+from .evidence import Evidence, finding, ranks_text
 
 MIN_COMPARED = 3
 """Dumps of this many ranks or more are compared with each other instead."""
 SAYS = {
-    "data_loader": "waits on its data loader: a data-loader stall",
-    "checkpoint": "is writing a checkpoint",
-    "communication": "waits in a collective: it is waiting for another rank",
-    "gc": "is in Python's garbage collector",
-    "stuck": "is in its own code",
+    "data_loader": "waiting on its data loader: a data-loader stall",
+    "checkpoint": "writing a checkpoint",
+    "communication": "waiting in a collective for another rank",
+    "gc": "in Python's garbage collector",
+    "stuck": "in its own code",
 }
 
 
 def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
-    """One low-confidence hang finding per py-spy dump, when fewer than
-    :data:`MIN_COMPARED` ranks' dumps are known."""
+    """One low-confidence hang finding per distinct stack of py-spy dumps, when fewer
+    than :data:`MIN_COMPARED` ranks' dumps are known (identical dumps: one finding)."""
     st = ev.of("stack")
     if st.empty or st[st["rank"] >= 0]["rank"].nunique() >= MIN_COMPARED:
         return [], []
     out = []
+    by_stack: dict[tuple, list] = {}
     for _, e in st.iterrows():
-        frames = e["detail"].get("frames", [])
+        by_stack.setdefault(tuple(e["detail"].get("frames", [])[:8]), []).append(e)
+    for frames, dumps in by_stack.items():
         cause = stack_cause(" ".join(frames))
-        rank = int(e["rank"])
-        who = f"rank {rank}" if rank >= 0 else f"process {int(e['pid'])} (rank not given)"
-        state = "idle" if not e["detail"].get("active") else "running"
+        ranks = sorted({int(e["rank"]) for e in dumps if int(e["rank"]) >= 0})
+        pids = sorted({int(e["pid"]) for e in dumps if int(e["pid"]) > 0})
+        if ranks:
+            who = ranks_text(ranks)
+        elif pids:
+            who = f"process {', '.join(map(str, pids[:4]))} (rank not given)"
+        else:
+            who = "a process (neither rank nor pid given)"
+        if len(dumps) > 1 and not ranks:
+            who = f"{len(dumps)} dumps of {who}"
+        state = "running" if any(e["detail"].get("active") for e in dumps) else "idle"
         top = frames[0] if frames else "no frames"
-        culprit = rank if cause not in ("communication",) else -1
+        culprit = ranks[0] if len(ranks) == 1 and cause != "communication" else -1
         conf = 0.4 if cause == "data_loader" else 0.25
         out.append(finding("hang", cause, culprit, conf,
-                           f"hang: {who} is {state} in {top}: it {SAYS.get(cause, SAYS['stuck'])} "
-                           "(one rank's view: the other ranks' stacks would say more)",
-                           {"frames": frames[:8], "pid": int(e["pid"]),
-                            "suspects": [rank] if culprit >= 0 else []}, coords))  # fmt: skip
+                           f"hang: {who} {'is' if len(dumps) == 1 else 'are'} {state} in {top}: "
+                           f"{SAYS.get(cause, SAYS['stuck'])} "
+                           "(one process's view: the other ranks' stacks would say more)",
+                           {"frames": list(frames), "pids": pids,
+                            "suspects": ranks if cause != "communication" else []}, coords))  # fmt: skip
     return out, []

@@ -9,7 +9,7 @@ fault, so no rank is named with confidence.
 
 from __future__ import annotations
 
-from .evidence import Evidence, finding
+from .evidence import Evidence, finding, ranks_text
 
 
 def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
@@ -31,9 +31,26 @@ def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
         ranks = sorted({int(r) for r in conn["rank"] if int(r) >= 0})
         who = f"ranks {','.join(map(str, ranks[:8]))}" if len(ranks) > 1 else (
             f"rank {ranks[0]}" if ranks else "a rank")  # fmt: skip
-        out.append(finding("hang", "rendezvous", -1, 0.35,
-                           f"hang at start-up: {who} cannot reach the store at {', '.join(addrs[:3])}: "
+        out.append(finding("network", "rendezvous", -1, 0.35,
+                           f"network: {who} cannot reach the store at {', '.join(addrs[:3])}: "
                            "the store's host (rank 0's) is down, not started yet, or unreachable "
                            "from here", {"addresses": addrs, "suspects": [0] if 0 not in ranks else []},
                            coords))  # fmt: skip
+    uid = ev.where(init, lambda d: d.get("category") == "unique_id")
+    if not uid.empty:
+        roots = sorted({int(p) for p in uid["peer"] if int(p) >= 0})
+        waiting = sorted({int(r) for r in uid["rank"] if int(r) >= 0} - set(roots))
+        rank = roots[0] if len(roots) == 1 else -1
+        out.append(finding("hang", "rendezvous", rank, 0.45,
+                           f"hang at start-up: {ranks_text(waiting) if waiting else 'ranks'} waited "
+                           f"for {ranks_text(roots)} to publish the NCCL unique id of a new "
+                           "communicator: it never reached that communicator's creation (stuck "
+                           "before it, or dead)", {"suspects": roots, "waiting": waiting}, coords))  # fmt: skip
+    rdzv = ev.where(init, lambda d: d.get("category") == "rendezvous")
+    if not rdzv.empty:
+        err = str(rdzv.iloc[0]["detail"].get("error", "RendezvousError"))
+        out.append(finding("hang", "rendezvous", -1, 0.35,
+                           f"hang at start-up: torchelastic's rendezvous failed ({err}): not every "
+                           "node joined in time (a node that did not start, a wrong --rdzv-endpoint, "
+                           "a firewall)", {"suspects": []}, coords))  # fmt: skip
     return out, []

@@ -26,7 +26,7 @@ from . import (
     watchdog,
 )
 from .events import Event, dedupe
-from .lines import LogLine, logical_lines
+from .lines import LogLine, logical_lines, wrap_widths
 
 LINE_FORMATS: tuple = (
     watchdog,
@@ -44,15 +44,15 @@ LINE_FORMATS: tuple = (
 
 FAULT_KINDS = ("timeout", "status", "desync_report", "mismatch", "child_failed", "nccl_warn",
                "fr_missing", "gpu_error", "exception", "watchdog_stuck", "fatal_signal",
-               "init_failure", "peer_gone")  # fmt: skip
+               "init_failure", "peer_gone", "nccl_error", "worker_died")  # fmt: skip
 """Events that say the job failed: a run with one is never "finished" (an NCCL warning
-of no known category, e.g. a library it falls back from, is no failure: :func:`is_fault`)."""
+about a library it falls back from is no failure: :func:`is_fault`)."""
 
 
 def is_fault(e: Event) -> bool:
     """Whether ``e`` says the job failed (see :data:`FAULT_KINDS`)."""
     return e.kind in FAULT_KINDS and not (
-        e.kind == "nccl_warn" and e.detail.get("category") == "other"
+        e.kind == "nccl_warn" and e.detail.get("category") == "benign"
     )
 
 
@@ -79,12 +79,14 @@ def _readers() -> list:
     return [m.Reader() if hasattr(m, "Reader") else _Parser(m) for m in LINE_FORMATS]
 
 
-def read_lines(lines: Iterable[str], file: str = "") -> list[Event]:
+def read_lines(
+    lines: Iterable[str], file: str = "", widths: frozenset[int] = frozenset()
+) -> list[Event]:
     """Every event of one file's ``lines``, repeats folded (:func:`events.dedupe`), each
-    marked with ``file``."""
+    marked with ``file``; ``widths``: the file's wrap widths (:func:`lines.wrap_widths`)."""
     readers = _readers()
     markers = [tuple(getattr(r, "markers", ("",))) for r in readers]
-    for line in logical_lines(lines):
+    for line in logical_lines(lines, widths):
         for reader, words in zip(readers, markers, strict=True):
             if any(w in line.text for w in words):
                 reader.feed(line)
@@ -101,7 +103,9 @@ def read_file(path: str, shown: str = "") -> list[Event]:
         gz = f.read(2) == b"\x1f\x8b"
     opener = gzip.open if gz else open
     with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        return read_lines(f, shown or path)
+        widths = wrap_widths(f)  # a first pass: the width a terminal wrapped the file at
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        return read_lines(f, shown or path, widths)
 
 
 def says_something(events: list[Event]) -> bool:

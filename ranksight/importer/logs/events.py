@@ -25,12 +25,14 @@ KINDS = (
     "child_failed",  # torchrun's ChildFailedError summary: one failed rank
     "nccl_calls",  # NCCL_DEBUG=INFO collective calls of one rank on one communicator
     "nccl_warn",  # an NCCL WARN line (transport, IB, CUDA failure, mismatch)
+    "nccl_error",  # "NCCL error in: ...": NCCL's result raised (op: system, remote, cuda...)
     "fr_missing",  # fr_trace / NCCL RAS: ranks that did not join a collective
     "gpu_error",  # ECC, XID, NVML Unknown Error, PCIe AER, CUDA device errors
     "exception",  # a rank's Python exception line (RuntimeError: ...), first of its kind
     "fatal_signal",  # a process caught SIGSEGV / SIGBUS ... (UCX, faulthandler, the shell)
     "init_failure",  # the c10d store at start-up: workers missing, the master unreachable
     "peer_gone",  # gloo: the connection to a peer closed or reset (the peer went away)
+    "worker_died",  # Ray's raylet: a worker process died (its pid and address)
     "world",  # a line that says how many ranks the job or a group has (``code``)
     "present",  # a rank that printed something (a heartbeat for "who left no line")
     "stack",  # a py-spy dump: the main thread's innermost frames and what they say

@@ -40,13 +40,14 @@ _AER = re.compile(
     r"(?:.*?received:?\s*(?:id=)?(?P<src>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d))?"
 )
 _CUDA = re.compile(
-    r"CUDA error: (?P<msg>uncorrectable ECC error encountered|an illegal memory access was "
+    r"(?:CUDA error: |cuda runtime error \(\d+\) : )(?P<msg>uncorrectable ECC error encountered|an illegal memory access was "
     r"encountered|unspecified launch failure|an illegal instruction was encountered|"
     r"misaligned address|unknown error|device-side assert triggered|"
     r"the launch timed out and was terminated)"
 )
 _FELL = re.compile(r"GPU (?P<bus>[0-9A-Fa-f:.]+)? ?has fallen off the bus")
-MARKERS = ("Xid", "device handle", "AER", "PCIe Bus Error", "CUDA error", "fallen off the bus")
+MARKERS = ("Xid", "device handle", "AER", "PCIe Bus Error", "CUDA error", "cuda runtime error",
+           "fallen off the bus")  # fmt: skip
 
 
 def _bus(text: str) -> str:

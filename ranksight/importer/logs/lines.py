@@ -112,10 +112,18 @@ WRAP_WIDTH = 80
 (joined with no space: the wrap cuts words)."""
 
 
-def _continues(nxt: str | None) -> bool:
-    """Whether ``nxt`` can be the rest of a wrapped line: it has no prefix of its own (no
-    rank, host, timestamp or line number) and starts no line of its own."""
+RECORD_HEAD = 12
+"""Two lines that begin with the same this many characters are two records of one log
+(a repeated prefix), never one line wrapped."""
+
+
+def _continues(nxt: str | None, cur: str = "") -> bool:
+    """Whether ``nxt`` can be the rest of the wrapped line ``cur``: it has no prefix of its
+    own (no rank, host, timestamp or line number), starts no line of its own, and does
+    not begin as ``cur`` does (a record of the same log)."""
     if nxt is None or not nxt.strip():
+        return False
+    if cur and len(cur) >= RECORD_HEAD and nxt[:RECORD_HEAD] == cur[:RECORD_HEAD]:
         return False
     text, rank, local, host = split_prefix(nxt)
     return (
@@ -135,11 +143,25 @@ def _pairs(raw_lines: Iterable[str]) -> Iterator[tuple[str, str | None]]:
         yield prev, None
 
 
-def logical_lines(raw_lines: Iterable[str]) -> Iterator[LogLine]:
+def wrap_widths(raw_lines: Iterable[str]) -> frozenset[int]:
+    """Line lengths (>= :data:`WRAP_WIDTH`) that at least 3 lines of a file share: the
+    width a terminal or a post wrapped it at (a first pass over the file)."""
+    seen: dict[int, int] = {}
+    for raw in raw_lines:
+        n = len(raw.rstrip("\r\n"))
+        if n >= WRAP_WIDTH:
+            seen[n] = seen.get(n, 0) + 1
+    return frozenset(n for n, c in seen.items() if c >= 3)
+
+
+def logical_lines(
+    raw_lines: Iterable[str], widths: frozenset[int] = frozenset()
+) -> Iterator[LogLine]:
     """Each logical line of ``raw_lines`` (a file's lines, newlines kept or not): prefixes
     read off; a line that stops unfinished joined with the next ones (at most
     :data:`MAX_JOIN`) that do not start a line of their own; a terminal's fixed-width
-    wrap (lines of one length >= :data:`WRAP_WIDTH`) joined whole."""
+    wrap (lines of one length >= :data:`WRAP_WIDTH`, or of a length in ``widths``: see
+    :func:`wrap_widths`) joined whole."""
     pending: list = []  # [text, number, rank, local, host, joined, wrapped]
     width_before = -1
     for n, (raw, after) in enumerate(_pairs(raw_lines), 1):
@@ -149,15 +171,15 @@ def logical_lines(raw_lines: Iterable[str]) -> Iterator[LogLine]:
         if pending and pending[6]:  # the wrap goes on: this piece belongs to it
             pending[0] += raw.rstrip() if width != pending[6] else raw
             pending[5] += 1
-            if width != pending[6] or not _continues(nxt):
+            if (width != pending[6] and width not in widths) or not _continues(nxt, raw):
                 pending[6] = 0
             width_before = width
             continue
         text, rank, local, host = split_prefix(raw)
         wraps = (
             width >= WRAP_WIDTH
-            and _continues(nxt)
-            and (len(nxt or "") == width or width_before == width)
+            and _continues(nxt, raw)
+            and (len(nxt or "") == width or width_before == width or width in widths)
         )
         if pending:
             same = rank in (-1, pending[2]) and not _STARTS_NEW.match(raw.lstrip())

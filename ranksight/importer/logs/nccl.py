@@ -48,8 +48,38 @@ _WARN_KINDS = (
     ("remote_closed", ("closed by remote peer", "Connection reset", "Broken pipe",
                        "Connection refused", "remote process exited")),
     ("ib_verbs", ("ibv_", "NET/IB")),
+    ("net", ("NET/OFI", "NET/Socket", "NET/")),
 )  # fmt: skip
-MARKERS = ("NCCL INFO", "NCCL WARN", "NCCL TRACE", "NCCL ERROR")
+MARKERS = ("NCCL INFO", "NCCL WARN", "NCCL TRACE", "NCCL ERROR", "NCCL error", "NET/", "nccl",
+           "Last error")  # fmt: skip
+_NCCL_ERROR = re.compile(r"NCCL error(?: in: \S+)?[,:]?\s*(?P<reason>unhandled system error|"
+                         r"unhandled cuda error|internal error|invalid usage|invalid argument|"
+                         r"remote process exited or there was a network error|"
+                         r"[^,]*?)(?:,|\s+NCCL version|$)")  # fmt: skip
+_ANYWHERE = re.compile(r"(?P<msg>NET/IB : Got (?:completion from peer|async event)[^\n]*|"
+                       r"NET/OFI [^\n]*completed with error[^\n]*|"
+                       r"NET/\w+ : [^\n]*(?:failed|error)[^\n]*)")  # fmt: skip
+BENIGN = ("Failed to open libibverbs", "No plugin found", "Could not find", "NET/Plugin",
+          "Using network Socket", "ibv_fork_init", "Unable to find", "falling back")  # fmt: skip
+"""WARN lines of a library NCCL falls back from: no failure."""
+ERROR_KINDS = (
+    ("system", ("unhandled system error", "ncclSystemError")),
+    ("remote", ("remote process exited", "ncclRemoteError")),
+    ("cuda", ("unhandled cuda error", "ncclUnhandledCudaError")),
+    ("usage", ("invalid usage", "invalid argument", "ncclInvalidUsage", "ncclInvalidArgument")),
+    ("internal", ("internal error", "ncclInternalError")),
+)
+"""An NCCL error's class (nccl.h's ncclResult_t) from its words."""
+
+
+def error_class(text: str) -> str:
+    """The class of an ``NCCL error ...`` line (see :data:`ERROR_KINDS`), or ``other``."""
+    for cls, words in ERROR_KINDS:
+        if any(w in text for w in words):
+            return cls
+    return "other"
+
+
 NOTES = ("NCCL version", "Channel", " via ", "NET/", "Trees", "Ring")
 """Words of the INFO lines kept as a process's topology notes (``nccl_info`` events)."""
 MAX_NOTES = 10
@@ -84,6 +114,7 @@ class Reader:
         """Read one NCCL line (the last header on a spliced line wins)."""
         heads = list(_HEAD.finditer(line.text))
         if not heads:
+            self._headless(line)
             return
         h = heads[-1]
         msg = line.text[h.end() :]
@@ -125,8 +156,26 @@ class Reader:
         if m.group("nranks"):
             c["nranks"] = int(m.group("nranks"))
 
+    def _headless(self, line: LogLine) -> None:
+        """NCCL's words in a line of someone else's (an exception's message, a traceback's
+        ``Last error:``, one flattened post): an ``nccl_error`` or an ``nccl_warn``."""
+        t = line.text
+        if (m := _NCCL_ERROR.search(t)) or "ncclRemoteError" in t or "ncclSystemError" in t:
+            reason = m.group("reason").strip() if m else ""
+            self.out.append(Event("nccl_error", rank=line.rank, local_rank=line.local_rank,
+                                  host=line.host, line=line.number, op=error_class(t),
+                                  text=t, detail={"reason": reason[:120]}))  # fmt: skip
+        if m := _ANYWHERE.search(t):
+            msg = m.group("msg")
+            detail: dict = {"category": warn_category(msg)}
+            if r := _REMOTE.search(msg):
+                detail["remote"] = r.group("addr")
+            self.out.append(Event("nccl_warn", rank=line.rank, local_rank=line.local_rank,
+                                  host=line.host, line=line.number, detail=detail,
+                                  text=msg.strip()))  # fmt: skip
+
     def _warn(self, proc: tuple, h: re.Match, msg: str, line: LogLine) -> None:
-        cat = warn_category(msg)
+        cat = warn_category(msg) if not any(b in msg for b in BENIGN) else "benign"
         detail: dict = {"category": cat, "device": f"cuda:{h.group('dev')}"}
         if r := _REMOTE.search(msg):
             detail["remote"] = r.group("addr")
@@ -168,6 +217,6 @@ class Reader:
                                  detail={"ops": c["ops"], "comm": comm,
                                          "at": {str(k): v for k, v in c.get("at", {}).items()}}))  # fmt: skip
         for e in self.out:
-            if e.rank < 0:
+            if e.rank < 0 and e.pid >= 0:
                 e.rank = self._rank_of((e.host, e.pid))[0]
         return out + self.out

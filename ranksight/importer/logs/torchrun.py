@@ -64,7 +64,7 @@ class Reader:
                                           "root_cause": False, "signal": ""}))  # fmt: skip
         t = line.text.strip()
         if re.match(r"(?:\[\d+\]:|time|host|rank|exitcode|error_file|traceback|Root Cause|"
-                    r"Failures:|Other Failures)", t):  # fmt: skip
+                    r"Failures:|Other Failures)", t) or _FLAT.search(t):  # fmt: skip
             self.first = self.first or line.number
             self.block.append(t)
 
@@ -79,7 +79,7 @@ class Reader:
                 if (f["rank"], f["host"], f["exitcode"]) not in seen:
                     seen.add((f["rank"], f["host"], f["exitcode"]))
                     out.append(f)
-        return [self._event(f) for f in out] or self.old
+        return [self._event(f) for f in out or _entries(text) or _flat(text)] or self.old
 
     def _event(self, f: dict) -> Event:
         """The ``child_failed`` event of one failure of the summary."""
@@ -89,3 +89,51 @@ class Reader:
                      text=f"rank {f['rank']} exitcode {code}",
                      detail={"root_cause": f["root_cause"], "signal": signal_name(code),
                              "time": f["time"]})  # fmt: skip
+
+
+_RANK_LINE = re.compile(r"^rank\s*:\s*(?P<rank>\d+)(?:\s*\(local_rank:\s*(?P<local>\d+)\))?")
+_CODE_LINE = re.compile(r"^exitcode\s*:\s*(?P<code>-?\d+)(?:\s*\(pid:\s*(?P<pid>\d+)\))?")
+_HOST_LINE = re.compile(r"^host\s*:\s*(?P<host>\S+)")
+
+
+def _entries(text: str) -> list[dict]:
+    """Failures of a summary cut short (no ``[0]:`` or ``time`` line, only ``rank`` and
+    ``exitcode``): the last one is taken as the root cause where the text says none."""
+    out, host = [], ""
+    lines = text.splitlines()
+    for i, t in enumerate(lines):
+        if m := _HOST_LINE.match(t):
+            host = m.group("host")
+        if (
+            (m := _RANK_LINE.match(t))
+            and i + 1 < len(lines)
+            and (c := _CODE_LINE.match(lines[i + 1]))
+        ):
+            out.append({"rank": int(m.group("rank")),
+                        "local_rank": int(m.group("local")) if m.group("local") else -1,
+                        "exitcode": int(c.group("code")), "pid": int(c.group("pid") or 0),
+                        "host": host, "time": "", "root_cause": False})  # fmt: skip
+            host = ""
+    if out:
+        out[-1]["root_cause"] = True
+    return out
+
+
+_FLAT = re.compile(
+    r"(?:time\s*:\s*(?P<time>\S+?)(?=\s|\S*host)[^\n]*?)?(?:host\s*:\s*(?P<host>[\w.-]+?)(?=\s|\S*rank)"
+    r"[^\n]*?)?rank\s*:\s*(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)[^\n]*?"
+    r"exitcode\s*:\s*(?P<code>-?\d+)(?:\s*\(pid:\s*(?P<pid>\d+)\))?"
+)
+
+
+def _flat(text: str) -> list[dict]:
+    """Failures of a summary whose newlines were lost (one entry, or all, on one line):
+    the entries after ``Root Cause`` are the root cause."""
+    root = text.find("Root Cause")
+    out = []
+    for m in _FLAT.finditer(text):
+        out.append({"rank": int(m.group("rank")), "local_rank": int(m.group("local")),
+                    "exitcode": int(m.group("code")), "pid": int(m.group("pid") or 0),
+                    "host": m.group("host") or "", "time": m.group("time") or "",
+                    "root_cause": 0 <= root < m.start()})  # fmt: skip
+    return sorted(out, key=lambda f: not f["root_cause"])

@@ -45,7 +45,7 @@ _PG_OLD = re.compile(r"\[PG (?P<uid>[^\s(\]]+)(?: \((?P<name>[^)]*)\))? Rank (?P
 _RANK = re.compile(r"\[Rank (?P<r>\d+)\]")
 _FIELD = {
     "seq": re.compile(r"SeqNum=\s*(\d+)"),
-    "op": re.compile(r"OpType=\s*(\w+)"),
+    "op": re.compile(r"OpType=\s*(\w+)(?=[,)\s])"),  # a value cut at the line's end is unknown
     "nin": re.compile(r"NumelIn=\s*(-?\d+)"),
     "nout": re.compile(r"NumelOut=\s*(-?\d+)"),
     "timeout": re.compile(r"Timeout\(ms\)=\s*(\d+)"),
