@@ -66,3 +66,25 @@ def test_every_real_artifact_keeps_its_provenance():
     assert folders
     for d in folders:
         assert f"## {d}/" in manifest, d
+
+
+def test_readme_import_example_is_what_import_prints(tmp_path):
+    """The on-call section's report is the one ``ranksight import`` prints for its real
+    example today (the README is regenerated when the wording changes)."""
+    import subprocess
+    import sys
+
+    folder = os.path.join(
+        ROOT, "tests", "data", "realworld", "cx-gcd-broadcast-timeout-rank0-silent"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "ranksight.cli", "import", "console.log",
+         "--store", str(tmp_path / "s"), "--run", "gcd-6"],
+        cwd=folder, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "COLUMNS": "88", "NO_COLOR": "1", "TERM": "dumb"},
+    )  # fmt: skip
+    assert out.returncode == 3, out.stderr
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    shown = readme.split("says of it (exit code 3):\n\n```text\n", 1)[1].split("```", 1)[0]
+    assert shown.strip().splitlines() == (out.stdout + out.stderr).strip().splitlines()
