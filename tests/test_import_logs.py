@@ -152,8 +152,8 @@ def test_a_file_that_breaks_a_reader_is_named_and_the_rest_imported(tmp_path, mo
     monkeypatch.setattr(PySpy, "read", broken)
     folder = tmp_path / "in"
     folder.mkdir()
-    for f in ("pyspy.txt",):
-        (folder / f).write_bytes(open(_case("cx-pt135703-pyspy-zero3-stuck", f), "rb").read())
+    dump = os.path.join(os.path.dirname(CORPUS), "realdata", "handed", "pyspy_loader_stall_8r")
+    (folder / "pyspy.txt").write_bytes(open(os.path.join(dump, "rank0.txt"), "rb").read())
     (folder / "console.log").write_bytes(
         open(_case("cx-gcd-broadcast-timeout-rank0-silent"), "rb").read()
     )
@@ -162,3 +162,20 @@ def test_a_file_that_breaks_a_reader_is_named_and_the_rest_imported(tmp_path, mo
     (bad,) = result.failed
     assert bad.path.endswith("pyspy.txt") and "TypeError: frames is not a list" in bad.message
     assert [os.path.basename(f.path) for f in result.imported] == ["console.log"]
+
+
+def test_pyspy_pasted_in_a_log_is_read_with_the_log(tmp_path) -> None:
+    """A console with a py-spy dump pasted after its timeouts is a log: the timeouts and
+    the dump are both read (it was taken for one py-spy dump, its timeouts dropped)."""
+    from ranksight.importer import ImportConfig, import_paths
+
+    mixed = tmp_path / "mixed.log"
+    mixed.write_bytes(open(_case("cx-gcd-broadcast-timeout-rank0-silent"), "rb").read()
+                      + open(_case("cx-pt135703-pyspy-zero3-stuck", "pyspy.txt"), "rb").read())  # fmt: skip
+    store = _store(tmp_path)
+    import_paths(store, [str(mixed)], ImportConfig(run_id="m"))
+    kinds = store.query(
+        "SELECT kind, count() AS n FROM log_events WHERE run_id = 'm' GROUP BY kind"
+    )
+    got = dict(zip(kinds["kind"], kinds["n"], strict=True))
+    assert got["timeout"] == 3 and got["stack"] == 1

@@ -178,10 +178,23 @@ def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
         exact = ev.world_exact or bool(silent)
         conf = CONFIDENCE["only_silent"] if len(suspects) == 1 and exact and len(blocked) >= 2 \
             else CONFIDENCE["silent"]  # fmt: skip
-        summary = (
-            f"hang: {head}; none of them is behind. {who} {said}: the first place to look "
-            f"(its own log, its host, its GPU). {ev.world_note()}"
+        nobody = "none of them is behind" if len(blocked) > 1 else "it waits for the others"
+        own = (
+            "its own log, its host, its GPU"
+            if len(suspects) == 1
+            else "their own logs, hosts, GPUs"
         )
+        summary = (
+            f"hang: {head}; {nobody}. {who} {said}: the first place to look ({own}). "
+            f"{ev.world_note()}"
+        )
+        if silent and len(silent) > max(8, 2 * len(ev.present)):  # a few ranks' excerpt
+            conf = min(conf, 0.2)
+            summary = (
+                f"hang: {head}; {nobody}. Only {ranks_text(ev.present)} logged here: the other "
+                f"{len(silent)} ranks left no line in these lines, so which one holds the others "
+                f"cannot be told from them. {ev.world_note()}"
+            )
         rank = suspects[0] if len(suspects) == 1 else -1
         alts = ["the log is an excerpt: a rank may have printed its timeout outside it"]
         if main["op"] in ("broadcast", "scatter", "reduce", "gather"):
@@ -207,7 +220,8 @@ def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
         "every rank is waiting, so look at the communicator or the transport (a link, a NIC, "
         "a GPU that stopped completing work), or at ranks outside this log"
     )  # fmt: skip
-    summary = f"hang: {head}; none of them is behind: {tail}. {ev.world_note()}"
+    nobody = "none of them is behind" if len(blocked) > 1 else "it waits for the others"
+    summary = f"hang: {head}; {nobody}: {tail}. {ev.world_note()}"
     return finding("hang", cause, -1, CONFIDENCE["nobody_behind"], summary,
                    {**base, "suspects": [], "alternatives": [tail]}, coords)  # fmt: skip
 

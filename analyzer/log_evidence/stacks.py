@@ -26,8 +26,12 @@ def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
     """One low-confidence hang finding per distinct stack of py-spy dumps, when fewer
     than :data:`MIN_COMPARED` ranks' dumps are known (identical dumps: one finding)."""
     st = ev.of("stack")
-    if st.empty or st[st["rank"] >= 0]["rank"].nunique() >= MIN_COMPARED:
+    if st.empty:
         return [], []
+    ranked = st[st["rank"] >= 0]
+    if ranked["rank"].nunique() >= MIN_COMPARED:
+        pasted = ev.where(ranked, lambda d: d.get("source") == "log")  # files: postmortem's
+        return (_odd_out(pasted, coords) if pasted["rank"].nunique() >= MIN_COMPARED else []), []
     out = []
     by_stack: dict[tuple, list] = {}
     for _, e in st.iterrows():
@@ -55,3 +59,32 @@ def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
                            {"frames": list(frames), "pids": pids,
                             "suspects": ranks if cause != "communication" else []}, coords))  # fmt: skip
     return out, []
+
+
+def _odd_out(st, coords) -> list:
+    """Ranks whose main-thread stack differs from the one most ranks share (more than
+    half of them), each with what its stack says (``postmortem.odd_stacks``'s rule, for
+    dumps pasted in a log)."""
+    top = {
+        int(r): tuple(d.get("frames", [])[:3])
+        for r, d in zip(st["rank"], st["detail"], strict=True)
+    }
+    groups: dict[tuple, list[int]] = {}
+    for r, frames in top.items():
+        groups.setdefault(frames, []).append(r)
+    common, members = max(groups.items(), key=lambda kv: len(kv[1]))
+    if len(members) * 2 <= len(top):
+        return []
+    out = []
+    for frames, ranks in groups.items():
+        if frames == common:
+            continue
+        cause = stack_cause(" ".join(frames))
+        for r in ranks:
+            out.append(finding("hang", cause, r, 0.6 if len(ranks) == 1 else 0.45,
+                               f"hang: rank {r}'s stack differs from that of {ranks_text(members)} "
+                               f"({stack_cause(' '.join(common))}): it is {SAYS.get(cause, SAYS['stuck'])}: "
+                               f"{frames[0] if frames else 'no frames'}",
+                               {"frames": list(frames), "majority_ranks": sorted(members),
+                                "suspects": [r]}, coords))  # fmt: skip
+    return out

@@ -48,7 +48,8 @@ def import_cmd(
     report: bool = typer.Option(True, help="analyze the run and print the report"),
     format: str = typer.Option("text", help="report format: text, json or markdown"),
 ) -> None:
-    """Import what a job left behind into a run and report on it (exit 3: a culprit found,
+    """Import what a job left behind into a run and report on it (exit 3: a fault found,
+    0: none in what was read (undecided), 2: a usage error or a path that does not exist,
     1: nothing could be imported)."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
@@ -136,5 +137,6 @@ def summary_lines(meta: dict) -> list[str]:
         out.append("communication time per collective type (all ranks): " + ", ".join(parts))
     for rank, notes in sorted((meta.get("nccl_notes") or {}).items(), key=lambda kv: int(kv[0])):
         if notes:
-            out.append(f"rank {rank} NCCL: " + "; ".join(notes[:4]))
+            who = f"rank {rank}" if int(rank) >= 0 else "a process of no known rank"
+            out.append(f"{who} NCCL: " + "; ".join(notes[:4]))
     return out

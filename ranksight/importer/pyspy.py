@@ -19,7 +19,9 @@ import re
 
 from ranksight.collectors.pyspy import summarize
 
-from .logs.events import Event
+from .logs.pystacks import event_of
+
+__all__ = ["event_of", "parse_json", "parse_text", "row_of"]
 
 PROCESS = re.compile(r"^Process (?P<pid>\d+):")
 THREAD = re.compile(
@@ -72,25 +74,3 @@ def row_of(rank: int, pid: int, threads: list[dict], host: str, ts_ns: int) -> d
         "native": 0, "ok": 1, "error": "", "threads": len(threads),
         "summary": summarize(threads, depth=8), "stack_json": json.dumps(threads), "took_ms": 0.0,
     }  # fmt: skip
-
-
-def _main_thread(threads: list[dict]) -> dict | None:
-    """The thread that runs the training loop: ``MainThread`` by name, else the first."""
-    named = [t for t in threads if t.get("thread_name") == "MainThread"]
-    return (named or threads or [None])[0]
-
-
-def event_of(rank: int | None, pid: int, threads: list[dict], file: str) -> Event:
-    """The ``stack`` log event of one dump: ``detail.frames`` the main thread's innermost
-    frames (up to 12, ``name (file:line)``), ``detail.active`` whether it was running,
-    ``rank`` as the file name says (-1: not said)."""
-    main = _main_thread(threads) or {}
-    frames = [
-        f"{f.get('name', '?')} ({f.get('short_filename') or f.get('filename', '?')}:{f.get('line', 0)})"
-        for f in (main.get("frames") or [])[:12]
-        if isinstance(f, dict)
-    ]
-    return Event("stack", rank=-1 if rank is None else rank, pid=pid, file=file,
-                 detail={"frames": frames, "active": bool(main.get("active")),
-                         "threads": len(threads)},
-                 text=frames[0] if frames else "")  # fmt: skip

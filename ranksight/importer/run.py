@@ -88,7 +88,8 @@ class ImportResult:
 
 def default_run_id(paths: list[str]) -> str:
     """``import-`` and 10 hex digits of the absolute input paths."""
-    digest = hashlib.sha1("\n".join(sorted(os.path.abspath(p) for p in paths)).encode())
+    joined = "\n".join(sorted(os.path.abspath(p) for p in paths))
+    digest = hashlib.sha1(joined.encode("utf-8", "surrogateescape"))  # any name the OS gives
     return f"import-{digest.hexdigest()[:10]}"
 
 

@@ -11,7 +11,7 @@ from ranksight.words import counted
 from .. import pyspy
 from .base import Format
 
-_THREAD = re.compile(r"^Thread (0x[0-9A-Fa-f]+|\d+) \((idle|active)", re.M)
+_FIRST = re.compile(r"(?:Process \d+:|Thread (?:0x[0-9A-Fa-f]+|\d+) \((?:idle|active))")
 
 
 class PySpy(Format):
@@ -21,11 +21,13 @@ class PySpy(Format):
 
     @staticmethod
     def recognize(head: bytes, text: str) -> str | None:
-        """``Thread N (idle|active...)`` lines, or py-spy's JSON list of threads."""
+        """A file that begins as a dump (``Process N:`` or ``Thread N (idle|active...)``
+        first), or py-spy's JSON list of threads. A log with dumps pasted among other
+        lines is a text log (its dumps are read by ``logs/pystacks.py``)."""
         s = text.lstrip()
         if s.startswith("[") and '"thread_name"' in text and '"frames"' in text:
             return ""
-        return "" if _THREAD.search(text) else None
+        return "" if _FIRST.match(s) else None
 
     def read(self, path: str, rank: int | None) -> tuple[str, int | None]:
         """One dump. Raises ValueError if it has no thread."""

@@ -20,6 +20,7 @@ from . import (
     gpu,
     nccl,
     presence,
+    pystacks,
     rendezvous,
     signals,
     torchrun,
@@ -38,6 +39,7 @@ LINE_FORMATS: tuple = (
     signals,
     rendezvous,
     exceptions,
+    pystacks,
     presence,
 )
 """Every line format, each a module with ``parse`` or ``Reader`` and ``MARKERS``."""
