@@ -13,10 +13,7 @@
 - ``[45] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d
   key-value store ... got error: wait timeout``: ``init_failure`` (category unique_id,
   ``peer`` the rank that should have published the id);
-- torchelastic's ``RendezvousTimeoutError`` (and its kin): ``init_failure`` (rendezvous);
-- Ray's raylet: ``A worker died or was killed while executing a task ... Worker IP address:
-  10.0.0.1 ... Worker PID: 4156`` (``[repeated 8x across cluster]``): ``worker_died``
-  (``code`` how many).
+- torchelastic's ``RendezvousTimeoutError`` (and its kin): ``init_failure`` (rendezvous).
 """
 
 from __future__ import annotations
@@ -35,15 +32,11 @@ _UNIQUE_ID = re.compile(r"\[(?P<rank>\d+)\] is setting up NCCL communicator and 
                         r"ncclUniqueId from \[(?P<root>\d+)\]")  # fmt: skip
 _RDZV = re.compile(r"(?P<err>RendezvousTimeoutError|RendezvousClosedError|RendezvousConnectionError"
                    r"|RendezvousError)")  # fmt: skip
-_RAY_DIED = re.compile(r"A worker died or was killed while executing a task")
-_RAY_PID = re.compile(r"Worker PID: (?P<pid>\d+)")
-_RAY_IP = re.compile(r"Worker IP address: (?P<ip>[\d.]+)")
-_REPEATED = re.compile(r"\[repeated (?P<n>\d+)x across cluster\]")
 _GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) operation to complete")
 _GLOO_PEER = re.compile(r"gloo/transport/\w+/\w+\.cc:\d+\] (?:Connection closed by peer|Read error|"
                         r"Connection reset by peer)\s*\[?(?P<addr>[\w.:\-]+?)\]?:(?P<port>\d+)")  # fmt: skip
 MARKERS = ("waiting for clients", "waiting for workers", "client socket", "Timed out waiting",
-           "gloo/transport", "ncclUniqueId", "Rendezvous", "A worker died")  # fmt: skip
+           "gloo/transport", "ncclUniqueId", "Rendezvous")  # fmt: skip
 
 
 def parse(line: LogLine) -> list[Event]:
@@ -65,12 +58,6 @@ def parse(line: LogLine) -> list[Event]:
     if m := _RDZV.search(t):
         return [Event("init_failure", **base, detail={"category": "rendezvous",
                                                       "error": m.group("err")})]  # fmt: skip
-    if _RAY_DIED.search(t):
-        pid = int(p.group("pid")) if (p := _RAY_PID.search(t)) else -1
-        ip = i.group("ip") if (i := _RAY_IP.search(t)) else ""
-        n = int(r.group("n")) if (r := _REPEATED.search(t)) else 1
-        return [Event("worker_died", **{**base, "host": ip or line.host}, pid=pid, code=n,
-                      detail={"repeated": n})]  # fmt: skip
     if m := _GLOO_TIMEOUT.search(t):
         return [Event("timeout", **base, op=norm_op(m.group("op")), code=int(m.group("ms")),
                       detail={"backend": "gloo"})]  # fmt: skip
