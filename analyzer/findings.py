@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ranksight.words import span
+
 KINDS = ("straggler", "slow_communication", "hang", "crash", "desync", "nan", "pipeline_imbalance",
          "hardware", "network")  # fmt: skip
 CAUSES = ("compute", "data_loader", "optimizer", "communication", "unknown", "gc", "cpu_contention",
@@ -38,6 +40,18 @@ class Finding:
     impact_pct: float
     summary: str
     evidence: dict[str, Any] = field(default_factory=dict)
+
+    def who(self) -> str:
+        """Whom the finding names, for titles: ``rank N``; ``stage N`` for a pipeline
+        stage; else its suspects, its host, or ``no single rank``."""
+        if self.culprit_rank >= 0:
+            return f"rank {self.culprit_rank}"
+        if self.kind in NOT_FAULTS:
+            return f"stage {self.pp}"
+        suspects = self.evidence.get("suspects") or []
+        if suspects and isinstance(suspects, list):
+            return f"suspects {span(suspects)}"
+        return f"host {self.host}" if self.host else "no single rank"
 
     def to_row(self, run_id: str, attempt: int, analyzed_ns: int, finding_id: int) -> dict:
         """The ``findings`` table row for this finding."""

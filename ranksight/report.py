@@ -43,16 +43,8 @@ def exit_code(analysis: Analysis) -> int:
 
 
 def _who(f: Finding) -> str:
-    """``rank N``; ``stage N`` for a finding about a pipeline stage; else what it names
-    instead of a rank (a host, suspects, or no single rank)."""
-    if f.culprit_rank >= 0:
-        return f"rank {f.culprit_rank}"
-    if f.kind in NOT_FAULTS:
-        return f"stage {f.pp}"
-    suspects = f.evidence.get("suspects") or []
-    if suspects and isinstance(suspects, list):
-        return f"suspects {span(suspects)}"
-    return f"host {f.host}" if f.host else "no single rank"
+    """Whom ``f`` names (:meth:`Finding.who`)."""
+    return f.who()
 
 
 def to_json(analysis: Analysis, run: dict | None = None) -> str:

@@ -6,6 +6,7 @@ that is down."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 import pandas as pd
@@ -591,3 +592,29 @@ def test_read_ahead_of_a_store_that_is_down_returns_nothing(tmp_path):
 
     st.cache_data.clear()
     assert warm.warm("clickhouse://127.0.0.1:1/ranksight", 16, 16, 10) == []
+
+
+def test_every_page_of_a_run_imported_from_a_posted_log(monkeypatch, tmp_path):
+    """A run made by ``ranksight import`` of a real posted console (no steps, only what
+    the lines said): every page draws without an exception, and the overview lists the
+    hang the log shows (it said "no step records yet" and nothing else)."""
+    from ranksight.importer import ImportConfig, import_paths
+    from ranksight.store import open_store
+
+    log = os.path.join(
+        os.path.dirname(__file__), "data", "realworld", "cx-gcd-broadcast-timeout-rank0-silent",
+        "console.log",
+    )  # fmt: skip
+    store = str(tmp_path / "store")
+    s = open_store(store)
+    s.init_schema()
+    import_paths(s, [log], ImportConfig(run_id="posted"))
+    from ranksight.analyzer import analyze
+
+    analyze(s, "posted")  # as `ranksight import` does: the findings are stored
+    for name in ("runs", "overview", "heatmap", "timeline", "mesh", "hang", "hosts"):
+        at = page(monkeypatch, store, page=name, run="posted")
+        if name == "overview":
+            assert "broadcast #56693" in texts(at) or any(
+                "broadcast #56693" in str(e.value) for e in at.get("expander")
+            ), texts(at)[:500]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .evidence import Evidence, finding, ranks_text
+from .evidence import DEFAULT_PG, Evidence, finding, ranks_text
 
 SAME_SIZE_OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter")
 """Collectives whose element count is the same on every member (torch.distributed)."""
@@ -40,11 +40,15 @@ def _reports(ev: Evidence, coords) -> list:
     seqs = sorted({int(s) for s in lag["seq"] if int(s) >= 0})
     where = f" (it did not join collective #{seqs[0]}, counted from 1)" if seqs else ""
     out = []
+    pgs = {str(p) for p in ev.of("timeout", "status")["pg"] if str(p)}
+    sub = bool(pgs) and not pgs & set(DEFAULT_PG)  # the report's ranks are of that group
+    of = f" of group {sorted(pgs)[0]} (a rank of that group, not a global rank)" if sub else ""
     for r in ranks:
-        summary = f"desync: PyTorch's desync report names rank {r} as the lagging rank{where}" + (
-            f"; {ranks_text(waiting)} joined and are waiting" if waiting else ""
+        summary = (
+            f"desync: PyTorch's desync report names rank {r}{of} as the lagging rank{where}"
+            + (f"; {ranks_text(waiting)} joined and are waiting" if waiting else "")
         )
-        conf = 0.8 if len(ranks) <= 2 else 0.6
+        conf = (0.8 if len(ranks) <= 2 else 0.6) if not sub else 0.45
         out.append(finding("desync", "lagging", r, conf, summary,
                            {"seq": seqs[0] if seqs else -1, "reported_by": "desync debug",
                             "lagging": ranks, "waiting": waiting, "suspects": ranks}, coords))  # fmt: skip

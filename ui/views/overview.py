@@ -23,6 +23,10 @@ def render(ctx: PageContext) -> None:
     st.header(f"Run {run.run_id}")
     _headline(ctx, series)
     if series.empty:
+        if run.findings:  # read from what a job left behind: no steps, findings all the same
+            st.info(f"Run {run.run_id} has no step records: what its artifacts show is below.")
+            _findings(ctx)
+            return
         raise NoData(f"Run {run.run_id} has no step records yet; this page fills in as steps land.")
     onsets = {
         f.culprit_rank: int(f.evidence.get("onset_step", 0))
@@ -105,7 +109,7 @@ def _findings(ctx: PageContext) -> None:
     for i, f in enumerate(run.findings):
         with st.container(border=True):
             st.markdown(
-                f"**{i + 1}. {f.kind}: rank {f.culprit_rank}, {f.cause}** — impact {f.impact_pct:.1f}%, confidence {f.confidence:.2f}"
+                f"**{i + 1}. {f.kind}: {f.who()}, {f.cause}** — impact {f.impact_pct:.1f}%, confidence {f.confidence:.2f}"
             )
             st.write(f.summary)
             cols = st.columns(4)
