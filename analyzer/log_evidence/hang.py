@@ -4,12 +4,14 @@ who is not there, and who is not where the others are.
 Read the way an expert reads a console of timeouts:
 
 1. A sequence number counts inside one process group: timeouts and status lines are
-   compared only within ``(group, seq)``. A timeout line that names no group takes the
-   group of its rank's status line for the same work; lines that name no group at all
-   (torch < 2.2) are one group "unnamed" only when they agree on one op.
+   compared only within ``(group, seq)``. Which group a line is in, and which global rank
+   it is, ``evidence.py`` decides once for every detector (a timeout takes its status
+   line's group; lines that name no group are one "unnamed" group only at one sequence
+   number, or one op a few apart).
 2. In one group, the op most blocked ranks timed out in is where the job stands. A rank
    at another sequence number, or whose status says it never enqueued that op, is the
-   odd one out; a rank ahead on another op is a desync (``desync.py`` names it).
+   odd one out; a rank ahead of the others is a desync (:func:`_ahead`), a different op
+   at the same sequence number too (``desync.py``).
 3. Ranks of the world that left no line are the first suspects; a rank that printed but
    never timed out, while the others did, is the next. Neither is certain: a posted log
    is an excerpt.
