@@ -51,10 +51,14 @@ def analyze(
         first = int(data.steps["step"].min()) if not data.steps.empty else 0
         if window.first is not None and window.first > first:  # the warm-up is outside it
             config = dataclasses.replace(config or StragglerConfig(), skip_steps=0)
+        recorded = _step_range(data.steps)
         data, save = apply_window(data, window), False
     analysis = diagnose(data, config)
     if window is not None and not window.whole:
-        analysis.notes.append(f"analyzed {window.describe()} only")
+        none = f": none of them is recorded, this run has {recorded}"
+        analysis.notes.append(
+            f"analyzed {window.describe()} only{none if data.steps.empty and recorded else ''}"
+        )
     offsets = clock_offsets(store, data)
     analysis = dataclasses.replace(analysis, clock=clock.summarize(offsets))
     if save:
@@ -63,6 +67,13 @@ def analyze(
         if not offsets.empty:
             store.insert("clock_offsets", clock.offset_rows(offsets, run_id, data.attempt, t))
     return analysis
+
+
+def _step_range(steps: pd.DataFrame) -> str:
+    """``steps 0-23`` of a run's step records (``""`` without any), for a window note."""
+    if steps.empty:
+        return ""
+    return f"steps {int(steps['step'].min())}-{int(steps['step'].max())}"
 
 
 def clock_offsets(store: Store, data, last_steps: int = 10) -> pd.DataFrame:

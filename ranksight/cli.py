@@ -15,6 +15,7 @@ import time
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ranksight import report as rep
 from ranksight.store.base import MAX_ATOMIC_ROWS
@@ -86,17 +87,13 @@ def _open(url: str | None, *, must_exist: bool = False):
     commands that only read): a chdb folder that is not there is an error, not a new
     empty store made at a mistyped path."""
     from ranksight.store import StoreError, open_store
-    from ranksight.store.url import default_store_url, refuse_password
+    from ranksight.store.url import default_store_url, missing_store, refuse_password
 
     try:
         refuse_password(url)
         store = open_store(url or default_store_url())
-        folder = getattr(store, "folder", None)
-        if must_exist and folder is not None and not os.path.isdir(folder):
-            _fail(
-                f"no store at {folder} (--store {url or default_store_url()!r}): check the "
-                "path, or record a run there first (e.g. 'ranksight demo --store ...')"
-            )
+        if must_exist and (absent := missing_store(store, url)):
+            _fail(absent)
         store.init_schema()
         return store
     except StoreError as e:
@@ -461,12 +458,45 @@ def _stdout_closed(exc: BaseException) -> bool:
     return any(isinstance(e, OSError) and e.errno == errno.EPIPE for e in (exc, exc.__context__))
 
 
+def _usage_errors() -> tuple[type[BaseException], ...]:
+    """The exception classes of a usage error: typer's own (0.2x carries its own click)
+    and click's, where click is installed."""
+    kinds: list[type[BaseException]] = [typer.TyperException]
+    try:
+        import click
+
+        kinds.append(click.ClickException)
+    except ImportError:
+        pass
+    return tuple(kinds)
+
+
+def _run_app() -> int:
+    """Run the command; a usage error (a bad or missing option, a value of the wrong
+    type, an unknown command) is one line on stderr and its exit code (2), as every other
+    error of ours is one line, not a boxed usage text."""
+    try:
+        code = app(standalone_mode=False)
+    except _usage_errors() as e:
+        where = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError" and where is not None:
+            print(where.get_help())
+            return 0
+        hint = f" (see '{where.command_path} --help')" if where is not None else ""
+        message = e.format_message() if hasattr(e, "format_message") else str(e)
+        err.print(f"[red]error:[/] {escape(message + hint)}", highlight=False)
+        return int(getattr(e, "exit_code", 2))
+    except typer.Abort:
+        return 130
+    return code if isinstance(code, int) else 0
+
+
 def main() -> None:
     """Console-script entry point. A closed stdout (``| head``) ends any command quietly
     with exit 141 (128 + SIGPIPE, what git and coreutils report), not a traceback or 1."""
     try:
         try:
-            app()
+            sys.exit(_run_app())
         finally:
             sys.stdout.flush()  # what print() left buffered fails here, not at exit
     except KeyboardInterrupt:

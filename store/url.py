@@ -165,3 +165,18 @@ def _server_store(url: str, scheme: str, connect: bool) -> Store:
     if connect:
         store.ping()
     return store
+
+
+def missing_store(store: Store, url: str | None) -> str:
+    """Why ``store`` (opened from ``url``, None = the default) cannot be read, for the
+    commands that only read (``runs``, ``report``, ``ui``): a chdb folder that is not
+    there names the path, where opening it would make a new empty store at a mistyped
+    path. ``""`` if it is there, or for a server store (whose database is checked on
+    connect)."""
+    folder = getattr(store, "folder", None)
+    if folder is None or os.path.isdir(folder):
+        return ""
+    return (
+        f"no store at {folder} (--store {redact(url or default_store_url())!r}): check the "
+        "path, or record a run there first (e.g. 'ranksight demo --store ...')"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ranksight.store.url import default_store_url, redact
 
@@ -20,19 +21,28 @@ def ui(
 ) -> None:
     """Start the web UI (Streamlit) on the store: runs, heatmaps, timelines, mesh, hangs, hosts."""
     from ranksight.store import StoreError, open_store
-    from ranksight.ui.launch import LaunchConfig, page_url, serve
+    from ranksight.store.url import missing_store
+    from ranksight.ui.launch import LaunchConfig, page_url, port_taken, serve
 
     out, err = Console(), Console(stderr=True, soft_wrap=True)
     url = store or default_store_url()
     try:
         cfg = LaunchConfig(store=url, host=host, port=port, run=run)
-        open_store(url).close()  # a bad URL or an unreachable server fails here, not in the page
+        store = open_store(url)  # a bad URL or an unreachable server fails here, not in the page
+        absent = missing_store(store, url)
+        store.close()
     except ValueError as e:
         err.print(f"[red]error:[/] {e}")
         raise typer.Exit(2) from None
     except StoreError as e:
         err.print(f"[red]error:[/] {e}")
         raise typer.Exit(1) from None
+    if absent:
+        err.print(f"[red]error:[/] {escape(absent)}")
+        raise typer.Exit(1)
+    if taken := port_taken(cfg):
+        err.print(f"[red]error:[/] {escape(taken)}")
+        raise typer.Exit(1)
     out.print(f"ranksight UI on {page_url(cfg)} reading {redact(url)} (Ctrl-C stops it)")
     if run:
         out.print(f"run {run}: {page_url(cfg, page='overview', run=run)}")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -67,6 +69,29 @@ def page_url(cfg: LaunchConfig, **params: str) -> str:
 def child_env(cfg: LaunchConfig) -> dict[str, str]:
     """The server's environment: ours, with the store URL set."""
     return {**os.environ, env.STORE: cfg.store}
+
+
+def port_taken(cfg: LaunchConfig) -> str:
+    """``""`` if ``cfg.host:cfg.port`` can be bound now, else why not (in use, or not an
+    address of this host), for a one-line error before Streamlit starts. The probe socket
+    is closed at once; another process may still take the port in between."""
+    try:
+        infos = socket.getaddrinfo(cfg.host, cfg.port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        return f"--host {cfg.host}: {e.strerror or e}"
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Streamlit's server does
+        try:
+            probe.bind(addr)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return (
+                    f"port {cfg.port} on {cfg.host} is in use (another ranksight ui or web "
+                    f"server?): give another with --port, e.g. --port {cfg.port + 1}"
+                )
+            return f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}"
+    return ""
 
 
 def serve(cfg: LaunchConfig) -> int:
