@@ -118,6 +118,27 @@ def test_agent_once_with_the_store_down_exits_1_and_keeps_the_records(tmp_path):
     assert "stays in the disk buffer" in out.stderr
 
 
+@pytest.mark.parametrize(
+    "args, names",
+    [(("demo", "--steps", "garbage"), "'--steps'"), (("report",), "'--run'"),
+     (("report", "--run", "x", "--bogus"), "--bogus"), (("nosuch",), "'nosuch'")],
+)  # fmt: skip
+def test_usage_errors_are_one_line_naming_the_option(tmp_path, args, names):
+    out = cli(*args, home=str(tmp_path))
+    assert out.returncode == 2
+    line = one_error_line(out)
+    assert line.startswith("error: ") and names in line and "--help' " not in line
+    assert line.endswith("--help')") and "╭" not in out.stderr
+
+
+def test_a_step_window_outside_the_run_names_the_steps_it_has(tmp_path, run_store):
+    out = cli("report", "--run", "slow", "--steps", "100:200", "--no-save", "--store", run_store,
+              home=str(tmp_path))  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "analyzed steps 100-200 only: none of them is recorded, this run has steps 0-11" in text
+
+
 def test_version(tmp_path):
     from ranksight import __version__
 

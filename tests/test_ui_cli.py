@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from ranksight import env
+from ranksight.store import open_store
 from ranksight.ui.launch import LaunchConfig, child_env, page_url, streamlit_command
 
 
@@ -40,6 +41,31 @@ def test_unreachable_store_and_bad_port_fail_with_one_line():
     assert out.returncode == 2 and "--port must be 1-65535" in out.stderr
 
 
+def test_a_missing_store_folder_is_refused_as_runs_and_report_refuse_it(tmp_path):
+    missing = tmp_path / "typo" / "store"
+    out = ui("--store", str(missing))
+    errors = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 1 and len(errors) == 1, out.stderr
+    assert errors[0].startswith(f"error: no store at {missing}")
+    assert "ranksight UI on" not in out.stdout and not (tmp_path / "typo").exists()
+
+
+def test_a_port_in_use_is_named_with_the_option_that_moves_it(tmp_path):
+    import socket
+
+    store = tmp_path / "store"
+    open_store(str(store)).init_schema()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = ui("--store", str(store), "--port", str(port))
+    errors = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 1 and len(errors) == 1, out.stderr
+    assert f"port {port} on 127.0.0.1 is in use" in errors[0] and "--port" in errors[0]
+    assert "ranksight UI on" not in out.stdout  # no URL that points at the other server
+
+
 def test_sigterm_stops_the_streamlit_server_too(tmp_path):
     import socket
     import time
@@ -51,6 +77,7 @@ def test_sigterm_stops_the_streamlit_server_too(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     store = tmp_path / "store"
+    open_store(str(store)).init_schema()
     cmd = [sys.executable, "-m", "ranksight.cli", "ui", "--store", str(store), "--port", str(port)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     children = []
