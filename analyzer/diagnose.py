@@ -12,7 +12,7 @@ from .causes import refine_cause
 from .crash import CrashReport, crash_finding, find_crash
 from .findings import Finding
 from .gpu_causes import refine_gpu_cause
-from .groups import group_axes
+from .groups import group_axes, group_names
 from .hang import find_hang
 from .hang_finding import hang_finding
 from .imbalance import imbalance_findings
@@ -173,7 +173,9 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
     elif data.run.get("status") != "finished" and not data.progress.empty:
         report = find_hang(data.progress, int(data.steps["end_ns"].max()))
         if report is not None:
-            findings = _with_hang(findings, hang_finding(report, coords))
+            findings = _with_hang(
+                findings, hang_finding(report, coords, group_names(data.groups, coords))
+            )
     if stopped or any(f.kind == "hang" for f in findings):
         findings = _beside_the_stop(findings, notes)
     wall = wall_step_times(data.steps).reindex(analyzed.index).dropna()

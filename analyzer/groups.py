@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from ranksight.mesh import MeshAxis
+from ranksight.words import span
 
 
 def group_axis(member_ranks: list[int], coords: pd.DataFrame) -> str:
@@ -38,4 +39,26 @@ def group_axes(groups: pd.DataFrame, coords: pd.DataFrame) -> dict[str, str]:
             continue
         varying = [a for j, a in enumerate(axes) if len(np.unique(sub[:, j])) > 1]
         out[gid] = varying[0] if len(varying) == 1 else "mixed"
+    return out
+
+
+def group_names(groups: pd.DataFrame, coords: pd.DataFrame) -> dict[str, str]:
+    """``{group_id: name}`` as an engineer says it: ``"tp group of ranks 2,3"``, ``"dp
+    group of ranks 0-3"``, ``"world group"`` (every rank), ``"group of ranks 0,5,9"`` (no
+    single axis). ``groups`` has columns group_id, group_ranks ("0,1,..."); a group id not
+    in it keeps no name (callers fall back to the id)."""
+    if groups.empty:
+        return {}
+    axes = group_axes(groups, coords) if not coords.empty else {}
+    out = {}
+    for gid, ranks in zip(groups["group_id"], groups["group_ranks"], strict=True):
+        axis = axes.get(gid, "mixed")
+        members = span(int(r) for r in str(ranks).split(",") if r)
+        out[gid] = (
+            "world group"
+            if axis == "world"
+            else f"group of ranks {members}"
+            if axis == "mixed"
+            else f"{axis} group of ranks {members}"
+        )
     return out

@@ -44,8 +44,8 @@ def straggler_impacts(
             r, steps = _replay(f, data, coords, peers.get(f.culprit_rank, []))
         except ReplayError as exc:
             notes.append(
-                f"what-if replay for rank {f.culprit_rank} not used ({exc}): impact estimated "
-                "from its excess time"
+                f"rank {f.culprit_rank}'s impact counts all its extra time as delaying the "
+                f"step (an upper bound): the pipeline could not be re-simulated without it ({exc})"
             )
             out.append(f)
             continue
@@ -53,9 +53,10 @@ def straggler_impacts(
         replayed = float(r.step_ns_now.mean()) / 1e6
         if measured > 0 and abs(replayed / measured - 1.0) > MAX_REPLAY_ERROR:
             notes.append(
-                f"what-if replay for rank {f.culprit_rank} not used (it replays the step in "
-                f"{replayed:.0f} ms where {measured:.0f} ms was measured: it does not model "
-                "this run): impact estimated from its excess time"
+                f"rank {f.culprit_rank}'s impact counts all its extra time as delaying the "
+                f"step (an upper bound): a re-simulation of its pipeline without it was not "
+                f"trusted, as it took {replayed:.0f} ms for a step measured at {measured:.0f} ms "
+                f"(more than {MAX_REPLAY_ERROR:.0%} off)"
             )
             out.append(f)
             continue

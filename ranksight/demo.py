@@ -90,7 +90,19 @@ def _describe(cfg: DemoConfig, console: Console, run_id: str, store_url: str, sp
             f"injecting: [bold red]{f.text}[/] -> rank {f.rank} "
             f"(dp={c.get('dp')}, tp={c.get('tp')}, pp={c.get('pp')})"
         )
+        if f.kind == "slow":
+            console.print(f"  [dim]{SLOW_READS_HIGHER.format(factor=f.factor)}[/]", soft_wrap=True)
     console.print(f"records: ranks -> spool {spool} -> agent -> store {store_url}")
+
+
+SLOW_READS_HIGHER = (
+    "the fault stretches each forward/backward call to {factor:g}x its duration, the tensor-"
+    "parallel all_reduces inside the call included; the report compares self time, which "
+    "leaves collectives out, so the ratio it finds reads above {factor:g}x"
+)
+"""Why ``slow:factor=3`` is reported as more than 3x (reference_trainer/inject.py: the sleep
+is ``(factor - 1)`` x the whole call, collectives in it too; the straggler test's ratio is
+of self time per call, collectives excluded)."""
 
 
 def _trainer_cmd(cfg: DemoConfig, run_id: str) -> list[str]:

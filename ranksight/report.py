@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict
 
@@ -54,8 +55,8 @@ def to_json(analysis: Analysis, run: dict | None = None) -> str:
         "attempt": analysis.attempt,
         "status": (run or {}).get("status", ""),
         "steps_analyzed": analysis.steps_analyzed,
-        "median_step_ms": round(analysis.median_step_ms, 1),
-        "median_wall_step_ms": round(analysis.median_wall_step_ms, 1),
+        "median_step_ms": round(analysis.median_wall_step_ms or analysis.median_step_ms, 1),
+        "median_rank_step_ms": round(analysis.median_step_ms, 1),
         "culprit_found": bool(analysis.findings),
         "findings": [asdict(f) for f in analysis.findings],
         "notes": analysis.notes,
@@ -103,22 +104,25 @@ def step_summary(analysis: Analysis, sep: str) -> str:
 
 
 def print_text(analysis: Analysis, console: Console, run: dict | None = None) -> None:
-    """Print the report with rich: a headline, then per finding its evidence tables."""
+    """Print the report with rich: a headline, then per finding its evidence tables.
+    Lines outside a panel or table are never broken (``soft_wrap``): piped into a file
+    or a ticket, a sentence stays one line, not cut at 80 columns mid-phrase."""
+    say = functools.partial(console.print, soft_wrap=True)
     head = (
         f"run [bold]{analysis.run_id}[/] attempt {analysis.attempt}"
         f" · status {(run or {}).get('status', '?')} · {counted(analysis.steps_analyzed, 'step')} analyzed"
         f"{step_summary(analysis, ' · ')}"
     )
-    console.print(head)
+    say(head)
     c = analysis.clock
     if c.get("ranks"):
-        console.print(
+        say(
             f"[dim]clock alignment over {counted(c['ranks'], 'rank')}: worst offset "
             f"{c['max_abs_offset_us']} µs, uncertainty {c['median_uncertainty_us']} µs "
             f"({counted(c['samples_per_rank'], 'collective')} per rank)[/]"
         )
     for note in analysis.notes:
-        console.print(f"[dim]note: {escape(note)}[/]")
+        say(f"[dim]note: {escape(note)}[/]")
     if not analysis.findings:
         verdict = (
             "[green]No culprit found[/]: every rank is within the threshold of its "
@@ -153,16 +157,52 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
         for row in _wait_rows(f):
             waits.add_row(*row)
         console.print(waits)
-        console.print(f"victims (waited directly): {_victims(f)}")
-        console.print(
+        say(f"victims (waited directly): {_victims(f)}")
+        say(
             f"last arriver in {100 * w.get('last_share', 0):.0f}% of its collectives; "
-            f"step {f.evidence.get('step_ms_now')} ms now, about "
-            f"{f.evidence.get('step_ms_without')} ms without it."
+            f"{now_and_without(f)}."
         )
+
+
+def now_and_without(f: Finding) -> str:
+    """``from step 4, a rank's step averaged 1839.4 ms; about 632.3 ms without it``: a
+    straggler's impact figures in the README's step-time words (evidence ``onset_step``,
+    ``step_ms_now``, ``step_ms_without``)."""
+    ev = f.evidence
+    return (
+        f"from step {ev.get('onset_step')}, a rank's step averaged {ev.get('step_ms_now')} ms; "
+        f"about {ev.get('step_ms_without')} ms without it"
+    )
 
 
 TEXT_HIDDEN = ("groups", "positions", "pairs", "hang", "frames")
 """Evidence keys the text report leaves to ``--format json`` (per-rank detail)."""
+
+
+def _where(entries: list[dict], limit: int = 8) -> str:
+    """Blocked ranks as sentences, one per op they wait in: ``ranks 2,3 in all_reduce #5
+    (tp group of ranks 2,3)``; past ``limit`` ops, how many more (``--format json`` has
+    every one). ``entries``: dicts with ``ranks``, ``op``, ``seq``, ``group``."""
+    by_op: dict[tuple, list[int]] = {}
+    for e in entries:
+        key = (e.get("op", "?"), e.get("seq", -1), e.get("group") or e.get("group_id", ""))
+        by_op.setdefault(key, []).extend(e["ranks"])
+    parts = [
+        f"{'rank' if len(set(r)) == 1 else 'ranks'} {span(r)} in {op} #{seq} ({group})"
+        for (op, seq, group), r in by_op.items()
+    ]
+    more = f"; {len(parts) - limit} more (--format json)" if len(parts) > limit else ""
+    return "; ".join(parts[:limit]) + more
+
+
+def _hang_text(key: str, value) -> str | None:
+    """The text of a hang's ``waiting_on_root`` / ``blocked`` evidence (:func:`_where`),
+    else None."""
+    if key == "waiting_on_root" and isinstance(value, list):
+        return _where([{**e, "ranks": e.get("blocked_ranks", [])} for e in value])
+    if key == "blocked" and isinstance(value, dict):
+        return _where([{**e, "ranks": [int(r)]} for r, e in value.items()])
+    return None
 
 
 def _evidence_lines(f: Finding) -> list[tuple[str, str]]:
@@ -172,8 +212,12 @@ def _evidence_lines(f: Finding) -> list[tuple[str, str]]:
     for key, value in f.evidence.items():
         if key in TEXT_HIDDEN or value in ([], "", None):
             continue
-        if key in ("suspects", "silent", "no_timeout", "blocked") and isinstance(value, list):
+        if key in ("suspects", "silent", "no_timeout", "blocked", "roots", "gone") and isinstance(
+            value, list
+        ):
             text = span(value)
+        elif (hang := _hang_text(key, value)) is not None:
+            text = hang
         elif key == "alternatives" and isinstance(value, list):
             text = "; ".join(str(v) for v in value)
         else:
@@ -226,4 +270,5 @@ def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
             lines += [f"{_waits_title(f)}:", "", "| by | ms |", "|---|---:|"]
             lines += [f"| {by} | {ms} |" for by, ms in _wait_rows(f)]
             lines += ["", f"Victims (waited directly): {_victims(f)}.", ""]
+            lines += [f"{now_and_without(f)[0].upper()}{now_and_without(f)[1:]}.", ""]
     return "\n".join(lines) + "\n"

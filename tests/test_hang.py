@@ -110,3 +110,33 @@ def test_a_send_that_never_completed_waits_for_the_peer_that_never_posted_its_re
         (0, 1, "collective"),
         (1, 3, "p2p"),
     }
+
+
+def test_a_hang_names_each_group_by_its_axis_and_ranks_in_the_report(tmp_path):
+    """The report says where each blocked rank waits as an engineer says it ("all_reduce
+    #5 (dp group of ranks 3,7)"), not as raw JSON of group hashes."""
+    from ranksight import report as rep
+    from ranksight.analyzer import analyze
+    from ranksight.store import open_store
+    from ranksight.synthetic import SynthConfig, write_synthetic
+
+    store = open_store(str(tmp_path / "store"))
+    store.init_schema()
+    cfg = SynthConfig(
+        dp=2, tp=2, pp=2, steps=12, run_id="hang", faults=("hang:rank=3,from_step=5",)
+    )
+    write_synthetic(store, cfg)
+    [f] = analyze(store, "hang", save=False).findings
+    assert (f.kind, f.culprit_rank) == ("hang", 3)
+    assert "of the dp group of ranks 3,7" in f.summary and "7 ranks (0-2,4-7)" in f.summary
+    assert {e["group"] for e in f.evidence["waiting_on_root"]} == {
+        "dp group of ranks 3,7", "tp group of ranks 2,3", "pp group of ranks 1,3"
+    }  # fmt: skip
+    lines = dict(rep._evidence_lines(f))
+    assert lines["waiting_on_root"].startswith("rank 7 in all_reduce #5 (dp group of ranks 3,7); ")
+    assert "rank 1 in recv #10 (pp group of ranks 1,3)" in lines["waiting_on_root"]
+    assert (
+        "group_id" not in lines["blocked"]
+        and "rank 5 in all_reduce #5 (dp group of ranks 1,5)" in lines["blocked"]
+    )
+    assert lines["roots"] == "3"
