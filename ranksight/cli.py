@@ -78,7 +78,9 @@ StoreOpt = typer.Option(
 
 
 def _fail(message: str, code: int = 1) -> None:
-    err.print(f"[red]error:[/] {message}")
+    """Print ``error: message`` (text, never read as markup: it may quote a job's log or a
+    path) and exit with ``code``."""
+    err.print(f"[red]error:[/] {escape(message)}")
     raise typer.Exit(code)
 
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ranksight import env, launch
@@ -137,7 +138,7 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
         store = open_store(store_url)
         store.init_schema()
     except (StoreError, ValueError) as e:
-        err.print(f"[red]error:[/] {e}")
+        err.print(f"[red]error:[/] {escape(str(e))}")
         return 1
     run_id = new_run_id()
     _describe(cfg, console, run_id, store_url, spool)
@@ -160,15 +161,18 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
     elif rc != 0:
         record_failures(store, run_id, log_path)
         err.print(
-            f"[red]error:[/] the training job exited with code {rc}{launch.first_failure(log_path)}; "
-            f"its log: {log_path}"
+            "[red]error:[/] "
+            + escape(
+                f"the training job exited with code {rc}{launch.first_failure(log_path)}; "
+                f"its log: {log_path}"
+            )
         )
         _mark_failed(store, run_id)
     try:
         analysis = analyze(store, run_id)
         run_row = resolve_attempt(store, run_id, analysis.attempt)[0]
     except StoreError as e:
-        err.print(f"[red]error:[/] {e}")
+        err.print(f"[red]error:[/] {escape(str(e))}")
         return 1
     if cfg.format == "text":
         console.rule("root-cause report")

@@ -109,8 +109,9 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
     or a ticket, a sentence stays one line, not cut at 80 columns mid-phrase."""
     say = functools.partial(console.print, soft_wrap=True)
     head = (
-        f"run [bold]{analysis.run_id}[/] attempt {analysis.attempt}"
-        f" · status {(run or {}).get('status', '?')} · {counted(analysis.steps_analyzed, 'step')} analyzed"
+        f"run [bold]{escape(str(analysis.run_id))}[/] attempt {analysis.attempt}"
+        f" · status {escape(str((run or {}).get('status', '?')))}"
+        f" · {counted(analysis.steps_analyzed, 'step')} analyzed"
         f"{step_summary(analysis, ' · ')}"
     )
     say(head)
@@ -148,14 +149,14 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
         for col in ("phase", f"rank {f.culprit_rank} ms", "peers ms (median)", "ratio"):
             phases.add_column(col)
         for row in _phase_rows(f):
-            phases.add_row(*row)
+            phases.add_row(*map(escape, row))  # phase names are the job's own
         console.print(phases)
         w = f.evidence.get("waited_for_it", {})
         waits = Table(title=_waits_title(f))
         waits.add_column("by")
         waits.add_column("ms", justify="right")
         for row in _wait_rows(f):
-            waits.add_row(*row)
+            waits.add_row(*map(escape, row))
         console.print(waits)
         say(f"victims (waited directly): {_victims(f)}")
         say(

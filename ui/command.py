@@ -32,10 +32,10 @@ def ui(
         absent = missing_store(store, url)
         store.close()
     except ValueError as e:
-        err.print(f"[red]error:[/] {e}")
+        err.print(f"[red]error:[/] {escape(str(e))}")
         raise typer.Exit(2) from None
     except StoreError as e:
-        err.print(f"[red]error:[/] {e}")
+        err.print(f"[red]error:[/] {escape(str(e))}")
         raise typer.Exit(1) from None
     if absent:
         err.print(f"[red]error:[/] {escape(absent)}")
