@@ -8,22 +8,46 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ranksight import env
+from ranksight.store.url import split_password
+
+STORE_SECRETS = (env.CH_PASSWORD, env.CH_PASSWORD_FILE)
+"""Variables that give the store's password: the agent gets them, the training job never."""
 
 
 def job_env(run_id: str, spool: str, store_url: str) -> dict[str, str]:
-    """The environment of the agent and the ranks: run id, spool, hooks on, store, one
-    OpenMP thread per rank (8 ranks share a few cores)."""
+    """The environment of the ranks (and, with :func:`agent_env`, of the agent): run id,
+    spool, hooks on, the store URL without its password, one OpenMP thread per rank (8
+    ranks share a few cores)."""
     return {
-        **os.environ,
+        **public_env(os.environ, store_url),
         env.RUN_ID: run_id,
         env.SPOOL_DIR: spool,
         env.LEVEL: "default",
-        env.STORE: store_url,
         "OMP_NUM_THREADS": "1",
     }
+
+
+def public_env(environ: Mapping[str, str], store_url: str) -> dict[str, str]:
+    """``environ`` for a process that never talks to the store (the training job: its
+    hooks write the spool only): ``$RANKSIGHT_STORE`` is ``store_url`` without its
+    password, and no :data:`STORE_SECRETS`. Raises StoreError as :func:`split_password`."""
+    out = {k: v for k, v in environ.items() if k not in STORE_SECRETS}
+    out[env.STORE] = split_password(store_url)[0]
+    return out
+
+
+def agent_env(child_env: Mapping[str, str], store_url: str) -> dict[str, str]:
+    """``child_env`` plus the store's password for an agent: the one in ``store_url``
+    (as ``$RANKSIGHT_CH_PASSWORD``), else this process's own :data:`STORE_SECRETS`. The
+    environment, not the command line: ``/proc/PID/environ`` is readable by the agent's
+    user and root only, ``/proc/PID/cmdline`` by everyone."""
+    password = split_password(store_url)[1]
+    if password is not None:
+        return {**child_env, env.CH_PASSWORD: password}
+    return {**child_env, **{k: os.environ[k] for k in STORE_SECRETS if k in os.environ}}
 
 
 def start_agent(
@@ -34,13 +58,19 @@ def start_agent(
     extra: Sequence[str] = (),
 ) -> subprocess.Popen:
     """A ``ranksight agent`` process shipping ``spool`` to ``store_url`` every 0.5 s (and
-    the ``extra`` agent options); its log is appended to ``log_path``. It runs at nice
-    :data:`AGENT_NICE`: on a busy host the ranks get the CPU first."""
+    the ``extra`` agent options); its log is appended to ``log_path``. Its command line
+    names the store without the password, which it gets by :func:`agent_env`. It runs
+    at nice :data:`AGENT_NICE`: on a busy host the ranks get the CPU first."""
+    public = split_password(store_url)[0]
     cmd = [sys.executable, "-m", "ranksight.cli", "agent", "--spool", spool,
-           "--store", store_url, "--interval", "0.5", *extra]  # fmt: skip
+           "--store", public, "--interval", "0.5", *extra]  # fmt: skip
     with open(log_path, "a") as log:
         return subprocess.Popen(
-            cmd, env=child_env, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=_lower_priority
+            cmd,
+            env=agent_env(child_env, store_url),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            preexec_fn=_lower_priority,
         )
 
 

@@ -38,7 +38,7 @@ def launch(
     """Run a training job with ranksight on: agent, hooks, run status (ranksight launch -- torchrun ...)."""
     from ranksight.launcher import LaunchConfig, run_launch
     from ranksight.settings import ConfigError, load_settings
-    from ranksight.store.url import refuse_password
+    from ranksight.store.url import redact, refuse_password
 
     flags = {"store.url": store, "launch.spool": spool, "launch.level": level,
              "launch.auto_attach": auto_attach, "launch.mesh": mesh, "launch.agent": agent,
@@ -53,9 +53,9 @@ def launch(
         )  # fmt: skip
         code = run_launch(cfg, say=lambda line: err.print(line, markup=False, highlight=False))
     except (ConfigError, ValueError) as exc:
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {redact(str(exc))}")
         raise typer.Exit(2) from None
     except Exception as exc:  # StoreError for a bad URL
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {redact(str(exc))}")
         raise typer.Exit(1) from None
     raise typer.Exit(code)

@@ -147,13 +147,22 @@ def node_rank(command: Sequence[str]) -> int:
 
 def agent_running(spool: str, store_url: str) -> bool:
     """Whether a node agent already ships ``spool`` to ``store_url`` (it holds the lock of
-    its state folder, ``agent/agent.py``)."""
+    its state folder, ``agent/agent.py``): one given the URL with its password (from
+    ``$RANKSIGHT_STORE``), or without it (as :func:`ranksight.launch.start_agent` starts
+    one)."""
+    from ranksight.store import open_store
+    from ranksight.store.url import split_password
+
+    urls = {store_url, split_password(store_url)[0]}
+    return any(_holds_lock(spool, open_store(u, connect=False).url) for u in urls)
+
+
+def _holds_lock(spool: str, key: str) -> bool:
+    """Whether an agent holds the lock of its state folder for ``spool`` and ``key``."""
     import fcntl
 
     from ranksight.agent.tailer import state_dir_for
-    from ranksight.store import open_store
 
-    key = open_store(store_url, connect=False).url
     path = os.path.join(state_dir_for(spool, key), "lock")
     if not os.path.exists(path):
         return False
@@ -167,10 +176,12 @@ def agent_running(spool: str, store_url: str) -> bool:
 
 
 def job_environment(cfg: LaunchConfig, run_id: str, spool: str, store_url: str) -> dict[str, str]:
-    """The job's environment: ours on top of the caller's (see the module doc)."""
+    """The job's environment: ours on top of the caller's (see the module doc), with no
+    store password in it (:func:`ranksight.launch.public_env`: the hooks never talk to
+    the store)."""
     from ranksight.trainer_hooks.autoattach import AUTOLOAD_DIR
 
-    out = {**os.environ, env.RUN_ID: run_id, env.SPOOL_DIR: spool, env.STORE: store_url,
+    out = {**launch.public_env(os.environ, store_url), env.RUN_ID: run_id, env.SPOOL_DIR: spool,
            env.LEVEL: cfg.level}  # fmt: skip
     if cfg.auto_attach:
         out[env.AUTO_ATTACH] = "1"
@@ -274,6 +285,7 @@ def run_launch(cfg: LaunchConfig, say=print) -> int:
     from ranksight.store.url import default_store_url
     from ranksight.trainer_hooks.config import default_spool_dir
 
+    say = _masked(say)
     run_id = resolve_run_id(cfg)
     store_url = cfg.store or default_store_url()
     spool = os.path.abspath(cfg.spool or default_spool_dir())
@@ -324,6 +336,13 @@ def run_launch(cfg: LaunchConfig, say=print) -> int:
     say(f"ranksight launch: run {run_id} {status} (exit code {code})"
         + (f"; status NOT recorded: {error}" if error else ""))  # fmt: skip
     return 128 + signals.received if signals.received else code
+
+
+def _masked(say):
+    """``say`` with every store URL's password masked (``store/url.py:redact``)."""
+    from ranksight.store.url import redact
+
+    return lambda line: say(redact(line))
 
 
 def _tee(stream, path: str) -> threading.Thread:

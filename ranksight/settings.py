@@ -205,7 +205,10 @@ def resolve(
 
 def show(path: str | None = None, flags: dict[str, Any] | None = None) -> str:
     """The settings in force as TOML, each line commented with its source (unset values
-    commented out). Raises ConfigError."""
+    commented out), passwords in store URLs masked (``store/url.py:redact``). Raises
+    ConfigError."""
+    from ranksight.store.url import redact
+
     lines, section = [], None
     for key, (value, source) in resolve(path, flags).items():
         head, name = key.split(".", 1)
@@ -216,7 +219,7 @@ def show(path: str | None = None, flags: dict[str, Any] | None = None) -> str:
             lines.append(f"# {name} = ...  # unset ({source}): {SETTINGS[key].help}")
         else:
             text = json.dumps(value) if not isinstance(value, bool) else str(value).lower()
-            lines.append(f"{name} = {text}  # {source}")
+            lines.append(f"{name} = {redact(text)}  # {source}")
     return "\n".join(lines) + "\n"
 
 

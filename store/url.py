@@ -19,7 +19,10 @@ User and password not in the URL come from ``$RANKSIGHT_CH_USER`` and
 them are decoded. A URL with a password is for the environment (``$RANKSIGHT_STORE``),
 never for a command line, where every user of the host can read it: the CLI refuses one
 (:func:`refuse_password`). TLS: ``clickhouses://``, verified against the system's CAs or
-``$RANKSIGHT_CH_CA_CERTS``. Passwords never appear in errors or logs (:func:`redact`).
+``$RANKSIGHT_CH_CA_CERTS``. A URL's password is read in one place (:func:`split_password`);
+an agent ranksight starts gets it by environment, never on its command line, and the
+training job never gets it (``ranksight/launch.py``). Passwords never appear in errors or
+logs (:func:`redact`).
 Compression of a server's traffic: lz4, or ``$RANKSIGHT_CH_COMPRESSION`` (``lz4``, ``none``).
 """
 
@@ -70,7 +73,7 @@ def default_store_url() -> str:
 
 def refuse_password(url: str | None, where: str = "--store") -> None:
     """Raise StoreError if ``url`` (given on a command line as ``where``) holds a password."""
-    if url and "://" in url and urlsplit(url).password:
+    if url and split_password(url)[1]:
         raise StoreError(
             f"{redact(url)}: a password in {where} is visible to every user of this host; "
             f"set ${CH_PASSWORD} or ${env.CH_PASSWORD_FILE} instead"
@@ -99,9 +102,37 @@ def password_from_env() -> str:
         ) from None
 
 
-def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***``."""
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+def split_password(url: str) -> tuple[str, str | None]:
+    """``(url without its password, the password)`` of a ``scheme://`` URL; the password
+    percent-decoded, None where the URL gives none (the URL then comes back unchanged; so
+    does a folder). The user info ends at the URL's last ``@`` and the password at its
+    first ``:``, so a raw ``/``, ``@`` or ``:`` in a password is taken whole. This is the
+    one place a URL's password is read: the store, the launcher and the agents it starts
+    all go through it. Raises StoreError (the password masked) for white space in the
+    password: percent-encode it (``%20``) or use ``$RANKSIGHT_CH_PASSWORD``."""
+    scheme, sep, rest = url.partition("://")
+    user_info, at, host = rest.rpartition("@")
+    user, colon, password = user_info.partition(":")
+    if not sep or not at or not colon or "/" in user:
+        return url, None
+    public = f"{scheme}://{user}@{host}" if user else f"{scheme}://{host}"
+    if any(c.isspace() for c in password):
+        raise StoreError(
+            f"{scheme}://{user}:***@{host}: white space in the password; percent-encode it "
+            f"(%20) or set ${CH_PASSWORD} instead"
+        )
+    return public, unquote(password)
+
+
+_USER_INFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)\S*@")
+
+
+def redact(text: str) -> str:
+    """``text`` (a URL, or a message holding URLs) with every URL's password replaced by
+    ``***``: ``clickhouse://user:***@host:port/db``. Every store URL ranksight prints or
+    logs goes through here. A password runs to the last ``@`` before white space (as in
+    :func:`split_password`, which refuses white space in one)."""
+    return _USER_INFO.sub(r"\1***@", text)
 
 
 def _folder_of(url: str, scheme: str) -> str:
@@ -132,7 +163,8 @@ def _server_store(url: str, scheme: str, connect: bool) -> Store:
     from ranksight.store.clickhouse_store import ClickHouseStore
 
     shown = redact(url)
-    parts = urlsplit(url)
+    public, password = split_password(url)
+    parts = urlsplit(public)
     try:
         port = parts.port or _SERVER_SCHEMES[scheme]
     except ValueError:
@@ -156,7 +188,7 @@ def _server_store(url: str, scheme: str, connect: bool) -> Store:
         port,
         database,
         user=unquote(parts.username or "") or os.environ.get(CH_USER) or "default",
-        password=unquote(parts.password or "") or password_from_env(),
+        password=password or password_from_env(),
         secure=scheme == "clickhouses",
         ca_certs=os.environ.get(env.CH_CA_CERTS) or None,
         url=shown,

@@ -10,6 +10,7 @@ import streamlit as st
 
 from ranksight.analyzer import UnknownRun
 from ranksight.store import StoreError
+from ranksight.store.url import redact
 
 log = logging.getLogger("ranksight.ui")
 
@@ -31,7 +32,8 @@ def page_guard(url: str) -> Iterator[None]:
         st.info(str(e))
     except StoreError as e:
         if "no store here" in str(e):  # a chdb folder nothing was written to yet
-            st.info(f"No store at {url} yet. Start a run with: ranksight demo --store {url}")
+            shown = redact(url)
+            st.info(f"No store at {shown} yet. Start a run with: ranksight demo --store {shown}")
         else:
             st.error(f"The store is unavailable: {e}")
     except ValueError as e:

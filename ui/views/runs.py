@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from ranksight.store.url import redact
 from ranksight.ui import cache, live
 from ranksight.ui.context import PageContext, go
 from ranksight.ui.data.runs import STATUSES
@@ -21,7 +22,8 @@ def render(ctx: PageContext) -> None:
     frame = cache.runs_table(ctx.url, search, ctx.cfg.hang_after_s)
     if frame.empty and not search:
         raise NoData(
-            f"No runs in this store yet ({ctx.url}). Start one with: ranksight demo --store {ctx.url}"
+            f"No runs in this store yet ({redact(ctx.url)}). Start one with: ranksight demo "
+            f"--store {redact(ctx.url)}"
         )
     shown = frame[frame["status"].isin(statuses)]
     st.caption(f"{len(shown)} of {len(frame)} runs" + (f" matching {search!r}" if search else ""))
