@@ -64,6 +64,9 @@ class AgentStats:
     """Valid records read from the spool (or handed to :meth:`Agent.submit`)."""
     rejected: int = 0
     """Malformed records skipped (each logged with its reason)."""
+    quarantined: int = 0
+    """Records that broke decoding (``agent/poison.py``), moved to the quarantine folder
+    and named in the log once (``agent/quarantine.py``)."""
     dropped: int = 0
     """Records lost because the disk buffer was full (see ``config.DROP_POLICIES``)."""
     dropped_by_table: dict[str, int] = field(default_factory=dict)
@@ -250,7 +253,8 @@ class Agent:
 
     def _note_rejects(self, parsed: Parsed) -> None:
         """Log each rejection reason (the first few one by one; a run of the same reason,
-        e.g. a damaged frame's records, as one line) and count them."""
+        e.g. a damaged frame's records, as one line) and count them; count quarantined
+        input and name each item in the log the first time it is seen."""
         runs: list[list] = []
         for reason in parsed.rejected:
             if runs and runs[-1][0] == reason:
@@ -266,6 +270,14 @@ class Agent:
             more = sum(n for _, n in runs[_MAX_LOGGED:])
             log.warning("rejected %d more records", more)
         self.stats.rejected += len(parsed.rejected)
+        for poison in parsed.quarantined:
+            self.stats.quarantined += poison.records
+            if poison.new:
+                log.error(
+                    "quarantined %d record(s) of %s at byte %d (%s): %s",
+                    poison.records, poison.source, poison.offset, poison.reason,
+                    poison.kept or "not kept (see above)",
+                )  # fmt: skip
 
     def _stats_row(self) -> dict:
         """This agent's counters as an ``agent_stats`` row."""
@@ -278,6 +290,7 @@ class Agent:
             "started_ns": self._started_ns,
             "accepted": s.accepted,
             "rejected": s.rejected,
+            "quarantined": s.quarantined,
             "dropped": s.dropped,
             "shipped": s.shipped,
             "store_errors": s.store_errors,

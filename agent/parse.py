@@ -16,6 +16,8 @@ the same rows and rejections as checking each record with ``agent/records.py``. 
 the JSON reader refuses as a whole (a truncated line, a string where a number belongs, an
 unknown or reserved field, a header in the middle) is parsed line by line by
 ``records.py`` instead, so one bad record costs that chunk's speed, never its good rows.
+A line that would break ``json.loads`` (nested too deep: ``agent/poison.py``) or whose
+checks raise is a :class:`~.poison.Poison`, kept in :attr:`Parsed.quarantined`.
 
 Measured on the 2-core test VM: about 2.5 µs of CPU per 330-byte ``collectives`` record
 (Arrow's JSON reader is most of it), against about 5 µs for ``json.loads`` plus
@@ -25,7 +27,6 @@ per-record checks.
 from __future__ import annotations
 
 import io
-import json
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -34,6 +35,7 @@ import pyarrow.json as pj
 
 from ranksight.store import schema
 
+from .poison import Poison, Poisoned, loads_bounded
 from .records import _INT_RANGE, ACCEPTED_TABLES, MAX_STRING, RESERVED, Batch, record_schema
 
 HEADER_TABLE = "_header"
@@ -66,12 +68,15 @@ _PARSE = pj.ParseOptions(explicit_schema=UNION, unexpected_field_behavior="error
 
 @dataclass
 class Parsed:
-    """Accepted rows per table (Arrow, :func:`records.record_schema` types) and the
-    reasons records were rejected. ``base`` is the file header seen last."""
+    """Accepted rows per table (Arrow, :func:`records.record_schema` types), the
+    reasons records were rejected, and the input set aside because it broke decoding
+    (``quarantined``, offsets into the bytes parsed). ``base`` is the file header seen
+    last."""
 
     tables: dict[str, pa.Table] = field(default_factory=dict)
     rejected: list[str] = field(default_factory=list)
     base: dict | None = None
+    quarantined: list[Poison] = field(default_factory=list)
 
     @property
     def count(self) -> int:
@@ -84,6 +89,7 @@ class Parsed:
             have = self.tables.get(name)
             self.tables[name] = table if have is None else pa.concat_tables([have, table])
         self.rejected.extend(other.rejected)
+        self.quarantined.extend(other.quarantined)
 
     def frames(self) -> dict:
         """The accepted rows as one pandas DataFrame per table."""
@@ -93,7 +99,16 @@ class Parsed:
 def parse_chunk(data: bytes, base: dict | None, source: str = "") -> Parsed:
     """Parse complete JSON lines ``data`` of one spool file whose header (run_id,
     attempt, rank) is ``base`` (None if not seen yet: the first line must then be the
-    header). ``source`` names the file in rejection reasons."""
+    header). ``source`` names the file in rejection reasons. Never raises: what the
+    vectorized path cannot take goes line by line (:func:`parse_lines`)."""
+    try:
+        return _parse_table(data, base, source)
+    except Exception:  # noqa: BLE001 - Arrow's errors, or a bug: each line on its own
+        return parse_lines(data, base, source)
+
+
+def _parse_table(data: bytes, base: dict | None, source: str) -> Parsed:
+    """:func:`parse_chunk`'s vectorized path; raises on anything it does not take."""
     try:
         table = pj.read_json(io.BytesIO(data), parse_options=_PARSE)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
@@ -124,24 +139,50 @@ def parse_chunk(data: bytes, base: dict | None, source: str = "") -> Parsed:
 
 
 def parse_lines(data: bytes, base: dict | None, source: str = "") -> Parsed:
-    """The line-by-line path: each line through ``json.loads`` and ``records.Batch``."""
-    batch = Batch()
+    """The line-by-line path: each line through ``json.loads`` (bounded:
+    ``poison.loads_bounded``) and ``records.Batch``. Never raises: a line that would break
+    decoding, or whose checks raise, is quarantined with its offset in ``data``."""
+    batch, poisons = Batch(), []
     label = source.rsplit("/", 1)[-1]
-    for raw in data.splitlines():
+    for at, raw in _lines(data):
         try:
-            rec = json.loads(raw)
+            rec = loads_bounded(raw)
             if not isinstance(rec, dict):
                 raise ValueError("not a JSON object")
+        except Poisoned as e:
+            poisons.append(Poison(f"{label}: {e}", raw, at))
+            continue
         except ValueError as e:
             batch.rejected.append(f"{label}: malformed line ({str(e)[:80]})")
             continue
-        if rec.get("t") == HEADER_TABLE:
-            base = {k: rec[k] for k in _BASE if k in rec}
-        elif base is None:
-            batch.rejected.append(f"{label}: record before header")
-        else:
-            batch.add(rec, base)
-    return Parsed(batch.tables(), batch.rejected, base)
+        try:
+            base = _take(rec, base, batch, label)
+        except Exception as e:  # noqa: BLE001 - one record's checks never stop the rest
+            poisons.append(Poison(f"{label}: {type(e).__name__} checking it ({e!s:.80})", raw, at))
+    try:
+        tables = batch.tables()
+    except Exception as e:  # noqa: BLE001 - never expected: the lines go aside, not the agent
+        return Parsed(base=base, quarantined=[Poison(f"{label}: {type(e).__name__}", data, 0)])
+    return Parsed(tables, batch.rejected, base, poisons)
+
+
+def _lines(data: bytes):
+    """``(offset, line)`` of each line of ``data``, split as ``bytes.splitlines`` does."""
+    at = 0
+    for line in data.splitlines(keepends=True):
+        yield at, line.rstrip(b"\r\n")
+        at += len(line)
+
+
+def _take(rec: dict, base: dict | None, batch: Batch, label: str) -> dict | None:
+    """Add record ``rec`` to ``batch`` (or take it as the header); the header after it."""
+    if rec.get("t") == HEADER_TABLE:
+        return {k: rec[k] for k in _BASE if k in rec}
+    if base is None:
+        batch.rejected.append(f"{label}: record before header")
+    else:
+        batch.add(rec, base)
+    return base
 
 
 def check_columns(name: str, rows: pa.Table, base: dict, out: Parsed) -> None:

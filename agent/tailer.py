@@ -3,11 +3,14 @@
 The hooks write binary segments ``<spool>/<run_id>/a<attempt>/rank<r>-<pid>-<n>.spool``
 (``trainer_hooks/spool_format.py``): a header frame (run_id, attempt, rank), frames of
 columnar records, and an end frame once the writer moved on. The tailer reads complete
-frames only, past each file's offset, and hands their columns to
-``agent/parse.check_columns``; a damaged frame is rejected (logged, counted) and reading
-goes on at the next frame. An incomplete frame at the end of a segment whose writer is
-gone is rejected as truncated. A segment read to its end frame (or whose writer is gone)
-is *sealed*: nothing more will come, and the agent may delete it once the store has it.
+frames only, past each file's offset, and decodes them (``agent/segment.py``): a damaged
+frame is rejected (logged, counted) and reading goes on at the next frame; one that breaks
+decoding is quarantined (``agent/poison.py``, ``agent/quarantine.py``). An incomplete
+frame at the end of a segment unchanged for a while is a damaged length if a whole frame
+follows it (skipped), else, once its writer is gone, truncated. A segment read to its end
+frame (or whose writer is gone) is *sealed*: nothing more will come, and the agent may
+delete it once the store has it. Nothing a file holds makes :meth:`SpoolTailer.read`
+raise: one file never stops the others.
 
 JSON spool files ``rank<r>-<pid>.jsonl`` (older hooks, hand-written producers) are still
 read: a header line, then one record a line; complete lines only. The offsets of
@@ -27,16 +30,17 @@ import glob
 import hashlib
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import pyarrow as pa
 
 from ranksight.trainer_hooks import spool_format as sf
 
-from .parse import HEADER_TABLE, Parsed, check_columns, parse_chunk
+from .parse import Parsed, parse_chunk
+from .poison import Poison
+from .quarantine import Quarantine
+from .segment import decode
 
 OFFSETS = "offsets.json"
 MAX_LINE = 8 << 20
@@ -83,6 +87,8 @@ class SpoolTailer:
     """Sequence number of the last sealed batch the committed offsets include."""
     lines_read: int = 0
     """Lines the last :meth:`read` consumed (records, headers and rejected lines)."""
+    quarantine: Quarantine | None = None
+    """Where input that breaks decoding goes (default ``<state_dir>/quarantine``)."""
     _pending: dict[str, FileState] = field(default_factory=dict)
     _start: int = 0
     _line_bytes: float = 512.0  # running mean line length: how much to read for N lines
@@ -91,6 +97,7 @@ class SpoolTailer:
     def __post_init__(self) -> None:
         self.state_dir = self.state_dir or state_dir_for(self.spool_dir, self.key)
         os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        self.quarantine = self.quarantine or Quarantine(self.state_dir, self.spool_dir)
         try:
             with open(os.path.join(self.state_dir, OFFSETS)) as f:
                 saved = json.load(f)
@@ -115,7 +122,9 @@ class SpoolTailer:
     def read(self, max_lines: int | None = None, max_bytes: int = 256 << 20) -> Parsed:
         """Records appended since the last :meth:`commit`, at most ``max_lines`` lines and
         about ``max_bytes`` bytes, parsed; files are visited round-robin so that one busy
-        file cannot starve the others. :meth:`pending` has the offsets after it."""
+        file cannot starve the others. :meth:`pending` has the offsets after it. Never
+        raises for what a file holds: input that breaks decoding is in
+        ``quarantined``, each item kept in :attr:`quarantine` (``new``: not seen before)."""
         out, self._pending, self.lines_read = Parsed(), {}, 0
         paths = self.paths()
         present = set(paths)
@@ -132,11 +141,35 @@ class SpoolTailer:
             st = self.files.get(path, FileState())
             if st.sealed == "end" or (st.sealed == "gone" and _size(path) <= st.offset):
                 continue
-            read = self._read_segment if path.endswith(sf.SUFFIX) else self._read_file
-            n_lines, n_bytes = read(path, st, lines_left, max_bytes, out)
+            n_lines, n_bytes = self._read_guarded(path, st, lines_left, max_bytes, out)
             lines_left, max_bytes = lines_left - n_lines, max_bytes - n_bytes
             self.lines_read += n_lines
+        out.quarantined = [self.quarantine.keep(p) for p in out.quarantined]
         return out
+
+    def _read_guarded(
+        self, path: str, st: FileState, max_lines: int, max_bytes: int, out: Parsed
+    ) -> tuple[int, int]:
+        """Read one file into ``out``. Should reading it raise all the same (the decoders
+        catch what one record or frame may raise: this is the last resort), the bytes past
+        its offset are quarantined whole and skipped, so one file never stops the others."""
+        read = self._read_segment if path.endswith(sf.SUFFIX) else self._read_file
+        local = Parsed()
+        try:
+            found = read(path, st, max_lines, max_bytes, local)
+        except Exception as exc:  # noqa: BLE001 - never let one file stop the agent
+            size = min(_size(path) - st.offset, max(max_bytes, 1))
+            if size <= 0:
+                return 0, 0
+            with open(path, "rb") as f:
+                f.seek(st.offset)
+                data = f.read(size)
+            why = f"{os.path.basename(path)}: {type(exc).__name__} reading it ({exc!s:.80})"
+            out.quarantined.append(Poison(why, data, st.offset, 1, path))
+            self._pending[path] = FileState(st.offset + len(data), st.base, st.sealed)
+            return 1, len(data)
+        out.extend(local)
+        return found
 
     def _read_file(
         self, path: str, st: FileState, max_lines: int, max_bytes: int, out: Parsed
@@ -163,6 +196,7 @@ class SpoolTailer:
         lines = chunk.count(b"\n", 0, end)
         self._line_bytes = max(64.0, 0.8 * self._line_bytes + 0.2 * end / lines)
         parsed = parse_chunk(chunk[:end], st.base, path)
+        parsed.quarantined = [p.moved(st.offset, path) for p in parsed.quarantined]
         out.extend(parsed)
         self._pending[path] = FileState(st.offset + end, parsed.base)
         return lines, end
@@ -188,52 +222,16 @@ class SpoolTailer:
         except OSError as e:
             out.rejected.append(f"{path}: {e}")
             return 0, 0
-        base, sealed, rows, used, full = st.base, "", 0, 0, False
-        groups: dict[tuple, list[pa.Table]] = {}
-        for item in sf.frames(chunk, st.offset):
-            if rows >= max_rows:
-                full = True
-                break
-            used = item.end - st.offset
-            if isinstance(item, sf.Damage):
-                n = max(item.rows, 1)
-                reason = f"{label}: damaged frame at byte {item.start} ({item.reason}), "
-                out.rejected.extend([reason + f"{item.end - item.start} bytes skipped"] * n)
-                rows += n
-                continue
-            rows += max(item.rows, 1)
-            if item.kind == sf.HEADER:
-                base = _header(item.payload, label, out) or base
-            elif item.kind == sf.END:
-                sealed = "end"
-            elif base is None:
-                out.rejected.extend([f"{label}: record before header"] * item.rows)
-            elif item.kind == sf.JSON_LINES:
-                parsed = parse_chunk(bytes(item.payload), base, path)
-                out.extend(parsed)
-            else:
-                columns = _frame_columns(item, label, out)
-                if columns is not None:
-                    key = (item.name, tuple((c[0], c[1]) for c in columns))
-                    groups.setdefault(key, []).append((item, columns))
-        for (name, _), parts in groups.items():
-            rows_table = _group_table(parts, label, out)
-            if rows_table is None:
-                continue
-            try:
-                check_columns(name, rows_table, base, out)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
-                out.rejected.extend([f"{label}: {name}: {str(e)[:80]}"] * rows_table.num_rows)
+        got = decode(chunk, st.offset, st.base, max_rows, path, out)
+        base, sealed, rows, used, full = got.base, got.sealed, got.rows, got.used, got.full
+        out.quarantined = [p.moved(0, path) for p in out.quarantined]
         end = st.offset + used
         if not sealed and end == stat.st_size and time.time() - stat.st_mtime > _QUIET_S:
             sealed = "" if _writer_alive(path, stat.st_mtime) else "gone"
         elif not (sealed or full) and used < len(chunk) and st.offset + len(chunk) == stat.st_size:
-            if time.time() - stat.st_mtime > _QUIET_S and not _writer_alive(path, stat.st_mtime):
-                lost = len(chunk) - used  # an incomplete frame its writer will never finish
-                out.rejected.append(
-                    f"{label}: truncated frame at byte {end} ({lost} bytes), writer gone"
-                )
-                used, end, sealed = len(chunk), stat.st_size, "gone"
+            if time.time() - stat.st_mtime > _QUIET_S:
+                gone = not _writer_alive(path, stat.st_mtime)
+                used, end, sealed = _unfinished(chunk, used, st.offset, gone, label, out)
         if used:
             if rows:
                 self._record_bytes = max(16.0, 0.8 * self._record_bytes + 0.2 * used / rows)
@@ -305,105 +303,44 @@ def _size(path: str) -> int:
         return 0
 
 
+def _unfinished(
+    chunk: bytes, used: int, offset: int, gone: bool, label: str, out: Parsed
+) -> tuple[int, int, str]:
+    """``(used, end, sealed)`` after the unfinished frame at ``chunk[used:]`` of a segment
+    unchanged for a while (``chunk``: its bytes from ``offset`` to its end). If a whole
+    frame starts after it, its length field was damaged (it runs past the end): reading
+    goes on at that frame. Else, if its writer is ``gone``, the writer died writing it and
+    the segment ends there; if not, it may still finish it: wait."""
+    later = _next_frame(chunk, used + 1)
+    start = offset + used
+    if later is not None:
+        out.rejected.append(
+            f"{label}: damaged frame at byte {start} (its length runs past the end), "
+            f"{later - used} bytes skipped"
+        )
+        return later, offset + later, ""
+    if not gone:
+        return used, start, ""
+    lost = len(chunk) - used
+    out.rejected.append(f"{label}: truncated frame at byte {start} ({lost} bytes), writer gone")
+    return len(chunk), offset + len(chunk), "gone"
+
+
+def _next_frame(chunk: bytes, at: int) -> int | None:
+    """Where the first whole, checksummed frame at or after ``at`` starts (None if none)."""
+    while (at := chunk.find(sf.MAGIC, at)) >= 0:
+        if isinstance(next(sf.frames(chunk[at:]), None), sf.Frame):
+            return at
+        at += 1
+    return None
+
+
 def _first_frame_bytes(chunk: bytes) -> int:
     """Bytes of the frame ``chunk`` starts with (0 if it does not start with a frame)."""
     magic, kind, name_len, _, length, _, _ = sf.FRAME.unpack_from(chunk, 0)
     if magic != sf.MAGIC or length > sf.MAX_PAYLOAD:
         return 0
     return sf.FRAME_BYTES + ((name_len + 7) & ~7) + ((length + 7) & ~7)
-
-
-def _header(payload: memoryview, label: str, out: Parsed) -> dict | None:
-    """run_id, attempt and rank of a header frame (None, and a rejection, if unusable)."""
-    try:
-        header = json.loads(bytes(payload))
-        base = {k: header[k] for k in _BASE if k in header}
-        if not isinstance(base.get("run_id", ""), str) or not all(
-            isinstance(base.get(k, 0), int) for k in ("attempt", "rank")
-        ):
-            raise ValueError(f"bad identity {base}")
-        return base
-    except (ValueError, TypeError, AttributeError) as e:
-        out.rejected.append(f"{label}: unusable {HEADER_TABLE} frame ({str(e)[:80]})")
-        return None
-
-
-_ARROW = {"i": pa.int64(), "u": pa.uint64(), "f": pa.float64()}
-
-
-def _frame_columns(frame: sf.Frame, label: str, out: Parsed) -> list | None:
-    """A ``COLUMNS`` frame's decoded column blocks (``spool_format.decode_columns``), or
-    None, and a rejection of its records, if they are inconsistent."""
-    try:
-        return sf.decode_columns(frame.payload, frame.rows, aligned=False)
-    except ValueError as e:
-        _reject_frame(frame, label, e, out)
-        return None
-
-
-def _reject_frame(frame: sf.Frame, label: str, error: Exception, out: Parsed) -> None:
-    out.rejected.extend(
-        [f"{label}: bad {frame.name} frame ({str(error)[:80]})"] * max(frame.rows, 1)
-    )
-
-
-def _group_table(parts: list[tuple[sf.Frame, list]], label: str, out: Parsed) -> pa.Table | None:
-    """One Arrow table of the frames ``parts`` (same table, same columns and kinds), each
-    column one contiguous array: the frames' blocks are concatenated (one memcpy) and
-    checked once (string offsets in order, UTF-8), so the Arrow and compute calls after
-    it cost per read, not per frame (a frame holds a few hundred to a few thousand
-    records). If the check fails, each frame is checked alone and only those that fail it
-    are rejected (None if none is left)."""
-    try:
-        return _concat_columns(parts)
-    except (ValueError, pa.ArrowInvalid, UnicodeDecodeError):
-        if len(parts) == 1:
-            _reject_frame(parts[0][0], label, sys.exc_info()[1], out)
-            return None
-    good = []
-    for part in parts:
-        try:
-            _concat_columns([part])
-            good.append(part)
-        except (ValueError, pa.ArrowInvalid, UnicodeDecodeError) as e:
-            _reject_frame(part[0], label, e, out)
-    return _concat_columns(good) if good else None
-
-
-def _concat_columns(parts: list[tuple[sf.Frame, list]]) -> pa.Table:
-    """:func:`_group_table`'s concatenation; raises ArrowInvalid for a bad string block."""
-    rows = sum(frame.rows for frame, _ in parts)
-    names, arrays = [], []
-    for i, (name, kind, _, _) in enumerate(parts[0][1]):
-        blocks = [columns[i] for _, columns in parts]
-        if kind in _ARROW:
-            values = np.concatenate([b[2] for b in blocks])  # aligned, as Arrow wants
-            array = pa.Array.from_buffers(_ARROW[kind], rows, [None, pa.py_buffer(values)])
-        else:
-            offsets, data = _concat_strings([(b[2], b[3]) for b in blocks])
-            arrow = pa.string() if offsets.dtype == np.int32 else pa.large_string()
-            buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-            array = pa.Array.from_buffers(arrow, rows, buffers)
-            array.validate(full=True)  # offsets in order, UTF-8
-        names.append(name)
-        arrays.append(array)
-    return pa.Table.from_arrays(arrays, names=names)
-
-
-def _concat_strings(blocks: list[tuple[np.ndarray, memoryview]]) -> tuple[np.ndarray, bytes]:
-    """One string column's (offsets, bytes) from several frames' (offsets, bytes): int32
-    offsets while the bytes fit them, else int64."""
-    if len(blocks) == 1:
-        offsets, data = blocks[0]
-        return np.require(offsets, requirements="A"), data
-    sizes = [len(data) for _, data in blocks]
-    total = sum(sizes)
-    shifts = np.cumsum([0, *sizes[:-1]], dtype=np.int64)
-    starts = np.concatenate([o[:-1] for o, _ in blocks]).astype(np.int64)
-    starts += np.repeat(shifts, [len(o) - 1 for o, _ in blocks])
-    offsets = np.empty(len(starts) + 1, dtype=np.int32 if total < 1 << 31 else np.int64)
-    offsets[:-1], offsets[-1] = starts, total
-    return offsets, b"".join(data for _, data in blocks)
 
 
 def _writer_alive(path: str, mtime: float) -> bool:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """Version of the table layout below; stored in the ``schema_version`` table.
 1: the first tables. 2: ``batch_id`` on the agent-shipped tables; the ``progress``,
 ``agent_stats``, ``clock_offsets`` and collector tables (added by ``store/migrate.py``).
 3: ``rank_ends``; ``proc_samples.run_delay_ns``. 4: ``rank_step_summary``.
 5: ``steps.grad_norm``, ``steps.gpu_mem_allocated_bytes``, ``steps.gpu_mem_reserved_bytes``.
-6: ``log_events``."""
+6: ``log_events``. 7: ``agent_stats.quarantined``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -583,6 +583,7 @@ AGENT_STATS = Table(
         ("started_ns", "Int64"),  # when this agent process started
         ("accepted", "UInt64"),  # valid records read from the spool since it started
         ("rejected", "UInt64"),  # malformed records rejected, each logged with its reason
+        ("quarantined", "UInt64"),  # records that broke decoding, moved aside (logged once)
         ("dropped", "UInt64"),  # records dropped because the disk buffer was full
         ("shipped", "UInt64"),  # rows the store took
         ("store_errors", "UInt64"),  # failed insert attempts (retried)
