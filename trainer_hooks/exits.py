@@ -7,13 +7,21 @@ flight:
 - a clean ``close()``: reason ``finished``;
 - an uncaught exception (``sys.excepthook``): reason ``exception`` with its type and
   message (``KeyboardInterrupt``: reason ``signal``, SIGINT);
-- ``SIGTERM`` (torchrun's elastic agent stops the surviving workers with it, then
-  SIGKILL): reason ``signal``. Python runs signal handlers only on the main thread, between
-  bytecodes, and a rank blocked in a C++ collective would not get there; so the C-level
-  handler's wakeup byte (``signal.set_wakeup_fd``) is read by a watcher thread, which
-  writes the record, in-flight ops (``end_ns`` 0) and a last progress snapshot, closes the
+- ``SIGTERM`` with no handler of the script's (torchrun's elastic agent stops the
+  surviving workers with it, then SIGKILL): reason ``signal``. Python runs signal handlers
+  only on the main thread, between bytecodes, and a rank blocked in a C++ collective would
+  not get there; so the hooks stand in for the default action with a handler of their
+  own, and a watcher thread reads the C-level handler's wakeup byte
+  (``signal.set_wakeup_fd``): if that stand-in is still the handler in force, it writes
+  the record, in-flight ops (``end_ns`` 0) and a last progress snapshot, closes the
   spool, and re-raises SIGTERM with the default action: the process dies as it would
-  have, a few milliseconds later, with the same exit status;
+  have, a few milliseconds later, with the same exit status (143 from a shell);
+- ``SIGTERM`` or ``SIGINT`` while any other handler is in force (the script's, installed
+  before or after ``attach()``, or Python's ``KeyboardInterrupt``): the handler in force
+  decides, exactly as without the hooks (checkpoint and go on, ``sys.exit``, chain to
+  the handler it replaced...); the hooks only note the arrival (a ``rank_ends`` record,
+  reason ``signal``, once per signal; the spool stays open) and then record whatever
+  end follows. A signal set to ``SIG_IGN`` never reaches the process: nothing is noted;
 - interpreter exit without ``close()`` (``atexit``): reason ``exit``.
 
 A process killed outright (SIGKILL, ``os._exit``, a segfault, the OOM killer) records
@@ -22,8 +30,12 @@ those, ``faulthandler`` (enabled here if the script has not enabled it) writes t
 stacks of a fatal signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) to
 ``crash-rank<rank>-<pid>.txt`` beside the rank's spool file.
 
-The handlers are installed only where nothing else claimed them: a script's own SIGTERM
-handler or wakeup fd is left alone (then only ``atexit`` and the excepthook record).
+Nothing the script set is replaced: the SIGTERM stand-in is installed only where SIGTERM
+has the default action, the wakeup fd only where none is set (else only ``atexit`` and the
+excepthook record, and the stand-in when the main thread runs it), and ``close()`` leaves
+a wakeup fd the script set since (asyncio's) in place. A script that takes the wakeup fd
+later (an asyncio loop's signal handlers) gets every byte from then on: a rank then
+blocked in C++ records a SIGTERM only if the main thread gets back to Python.
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ import atexit
 import ctypes
 import faulthandler
 import os
+import select
 import signal
 import sys
 import threading
@@ -50,11 +63,21 @@ class ExitRecorder:
 
     ``end(reason, code, detail)`` is the hooks' callback that writes the ``rank_ends``
     record and closes the spool (safe to call from any thread, once; later calls do
-    nothing). ``install()`` returns the undo function.
+    nothing); ``note(reason, code, detail)`` writes a ``rank_ends`` record and leaves the
+    spool open (a signal the script handles). ``install()`` returns the undo function.
     """
 
-    def __init__(self, end: Callable[[str, int, str], None], crash_file: str | None = None) -> None:
+    def __init__(
+        self,
+        end: Callable[[str, int, str], None],
+        crash_file: str | None = None,
+        note: Callable[[str, int, str], None] | None = None,
+    ) -> None:
         self._end = end
+        self._note = note or (lambda reason, code, detail: None)
+        self._noted: set[int] = set()
+        self._arrivals = threading.RLock()
+        self._default_term = self._on_sigterm_main  # one object: compared with `is`
         self._crash_file = crash_file
         self._once = threading.Lock()
         self._done = False
@@ -67,6 +90,7 @@ class ExitRecorder:
         """Record the end once; True if this call recorded it. A later call (the SIGTERM
         watcher and the main thread's handler both get there) waits up to ``wait_s`` for
         the first to finish writing, so neither kills the process under the other."""
+        self.take_arrivals()  # a signal that came before is recorded before this end
         with self._once:
             first, self._done = not self._done, True
         if not first:
@@ -87,7 +111,7 @@ class ExitRecorder:
         self._undo.append(lambda: atexit.unregister(self._at_exit))
         self._install_excepthook()
         if threading.current_thread() is threading.main_thread():
-            self._install_sigterm()
+            self._install_signals()
         self._install_faulthandler()
 
         def undo() -> None:
@@ -123,33 +147,45 @@ class ExitRecorder:
 
         self._undo.append(undo)
 
-    def _install_sigterm(self) -> None:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return  # the script (or its launcher library) handles SIGTERM itself
+    def _install_signals(self) -> None:
+        """The wakeup pipe and its watcher (where the wakeup fd is free), and the
+        stand-in for SIGTERM's default action (where SIGTERM has none of the script's)."""
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, self._default_term)
+            self._undo.append(self._restore_sigterm)
         r, w = os.pipe()
+        os.set_blocking(r, False)
         os.set_blocking(w, False)
         try:
             old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
         except (ValueError, OSError):
-            os.close(r)
-            os.close(w)
-            return
+            old_fd = None
         if old_fd != -1:  # someone else (asyncio) owns the wakeup fd: give it back
-            signal.set_wakeup_fd(old_fd)
+            if old_fd is not None:
+                signal.set_wakeup_fd(old_fd)
             os.close(r)
             os.close(w)
             return
         self._pipe = (r, w)
-        signal.signal(signal.SIGTERM, self._on_sigterm_main)
         threading.Thread(target=self._watch, args=(r,), name="ranksight-exit", daemon=True).start()
+        self._undo.append(self._remove_pipe)
 
-        def undo() -> None:
-            if signal.getsignal(signal.SIGTERM) is self._on_sigterm_main:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.set_wakeup_fd(-1)
-            os.close(w)  # the watcher's read returns 0 bytes and it stops
+    def _restore_sigterm(self) -> None:
+        if signal.getsignal(signal.SIGTERM) is self._default_term:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
-        self._undo.append(undo)
+    def _remove_pipe(self) -> None:
+        """Take the signals that came, stop using the wakeup fd (a script's own, set since,
+        stays: asyncio's), and close the pipe; the watcher then stops."""
+        if self._pipe is None:
+            return
+        self.take_arrivals()
+        r, w = self._pipe
+        current = signal.set_wakeup_fd(-1)  # ValueError off the main thread: pipe kept
+        if current != w:
+            signal.set_wakeup_fd(current)  # the script's, with Python's default warning
+        self._pipe = None
+        os.close(w)  # the watcher's read returns 0 bytes and it stops
 
     def _install_faulthandler(self) -> None:
         if self._crash_file is None or faulthandler.is_enabled():
@@ -175,27 +211,72 @@ class ExitRecorder:
         self._fh_undo = undo
         self._undo.append(undo)
 
-    # ------------------------------------------------------------------ SIGTERM
+    # ------------------------------------------------------------------ signals
     def _on_sigterm_main(self, signum: int, frame: Any) -> None:
-        """The Python-level handler (main thread, when it gets there first)."""
+        """The Python-level stand-in for SIGTERM's default action (main thread, when it
+        gets there before the watcher): record the end, then die of the signal."""
         self._die(signum)
 
     def _watch(self, fd: int) -> None:
         """The watcher thread: wakes on the C handler's byte, whatever the main thread does."""
-        while True:
+        try:
+            while True:
+                select.select([fd], [], [])
+                if not self.take_arrivals(fd):
+                    return
+        except (OSError, ValueError):
+            return
+        finally:
+            os.close(fd)
+
+    def take_arrivals(self, fd: int | None = None) -> bool:
+        """Act on the signal bytes waiting in the wakeup pipe (see :meth:`_arrived`);
+        False once its write end is closed. Called by the watcher, and by every end
+        before it is recorded, so a signal is recorded before what the script did next."""
+        fd = fd if fd is not None else (self._pipe[0] if self._pipe else None)
+        if fd is None:
+            return False
+        with self._arrivals:
             try:
-                data = os.read(fd, 64)
+                data = os.read(fd, 512)
+            except BlockingIOError:
+                return True
             except OSError:
-                return
-            if not data:
-                return
-            if int(signal.SIGTERM) in data:
-                self._die(int(signal.SIGTERM))
-                return
+                return False
+            for signum in dict.fromkeys(data):  # each signal once, in order
+                if signum in WATCHED:
+                    self._arrived(signum)
+            return bool(data)
+
+    def _arrived(self, signum: int) -> None:
+        """``signum`` came. Where the stand-in for SIGTERM's default action is in force,
+        the process ends now (the main thread may be blocked in C++ and never run it);
+        else the signal is noted once and the script's handler (or Python's SIGINT
+        handler) decides, when the main thread gets to it."""
+        handler = signal.getsignal(signum)
+        if handler is self._default_term:
+            self._die(signum)
+            return
+        if signum in self._noted or self._done:
+            return
+        self._noted.add(signum)
+        name = signal.Signals(signum).name
+        by = getattr(handler, "__name__", None) if callable(handler) else None
+        detail = f"{name} (handled by the script's {by})" if by else f"{name} (ignored)"
+        if handler is signal.default_int_handler:
+            detail = f"{name} (KeyboardInterrupt)"
+        try:
+            self._note("signal", signum, detail)
+        except Exception:  # noqa: BLE001 - a note must never change how the script goes on
+            pass
 
     def _die(self, signum: int) -> None:
         self.end("signal", signum, signal.Signals(signum).name)
         _reraise_default(signum)
+
+
+WATCHED = (int(signal.SIGTERM), int(signal.SIGINT))
+"""Signals whose arrival is recorded: how launchers and people stop a job."""
 
 
 def _reraise_default(signum: int) -> None:

@@ -299,7 +299,10 @@ class Hooks:
         self._gc = GcRecorder(self._put, lambda: self._step)
         self._undo.append(self._gc.install())
         self._finished = threading.Lock()
-        self._exits = ExitRecorder(self._end_on_exit, crash_stack_path(path, self.rank))
+        self._last_end: tuple[str, int] | None = None
+        self._exits = ExitRecorder(
+            self._end_on_exit, crash_stack_path(path, self.rank), self._note_on_signal
+        )
         self._undo.append(self._exits.install())
         self._mode = DispatchRecorder(self._log) if config.level == "detailed" else None
         if self._mode is not None:
@@ -378,6 +381,33 @@ class Hooks:
         timer.start_thread()
         return timer
 
+    def _put_end(self, reason: str, code: int, detail: str, final: bool = False) -> None:
+        """One ``rank_ends`` record. ``final``: the process's end, skipped where it only
+        repeats the signal already noted (``signal``, same number) as the last record."""
+        if final and self._last_end == (reason, int(code)):
+            return
+        self._last_end = (reason, int(code))
+        self._put(
+            {
+                "t": "rank_ends",
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "ts_ns": time.time_ns(),
+                "source": "hooks",
+                "reason": reason,
+                "code": int(code),
+                "detail": detail,
+                "last_step": int(self._step),
+            }
+        )
+
+    def _note_on_signal(self, reason: str, code: int, detail: str) -> None:
+        """ExitRecorder's callback for a signal the script handles: noted, spool open."""
+        if self._finished.locked():
+            return
+        self._put_end(reason, code, detail)
+        self._spool.flush_soon()
+
     def _end_on_exit(self, reason: str, code: int, detail: str) -> None:
         """ExitRecorder's callback: the process is ending without ``close()``."""
         self._finish("finished" if reason == "exit" else "failed", reason, code, detail)
@@ -394,19 +424,7 @@ class Hooks:
             lambda: self._blackbox and self._blackbox.mark_flushed(),
             lambda: [self._put(r) for r in self._log.progress_records(self._step)],
             self._put_stats,
-            lambda: self._put(
-                {
-                    "t": "rank_ends",
-                    "host": socket.gethostname(),
-                    "pid": os.getpid(),
-                    "ts_ns": time.time_ns(),
-                    "source": "hooks",
-                    "reason": reason,
-                    "code": int(code),
-                    "detail": detail,
-                    "last_step": int(self._step),
-                }
-            ),
+            lambda: self._put_end(reason, code, detail, final=True),
             lambda: self._put_run(status),
         ):
             try:

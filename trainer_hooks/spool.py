@@ -78,6 +78,7 @@ class SpoolWriter:
         self._size = 0  # bytes of the open segment
         self._closed_segments: list[tuple[str, int]] = []  # (path, bytes) still on disk
         self._stop = threading.Event()
+        self._wake = threading.Event()  # flush_soon(), close(): drain before the interval
         self._closed = False  # set by close(): nothing drains the buffer after it
         self._fd = self._open(path)
         self._thread = threading.Thread(target=self._run, name="ranksight-spool", daemon=True)
@@ -177,7 +178,11 @@ class SpoolWriter:
 
     def _run(self) -> None:
         next_tick = time.monotonic() + self._tick_interval
-        while not self._stop.wait(self._interval):
+        while True:
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             if self._tick is not None and time.monotonic() >= next_tick:
                 next_tick = time.monotonic() + self._tick_interval
                 try:
@@ -187,9 +192,15 @@ class SpoolWriter:
                     self.error = f"progress snapshot failed: {e}"
             self._drain()
 
+    def flush_soon(self) -> None:
+        """Have the writer thread write what is buffered now, not at its next interval
+        (a record the process may not live long after). Never blocks."""
+        self._wake.set()
+
     def close(self, timeout_s: float = 5.0) -> None:
         """Write what is buffered, end the segment and close it. Safe to call twice."""
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout_s)
         self._drain()
         self._closed = True
