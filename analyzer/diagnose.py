@@ -22,6 +22,7 @@ from .more_findings import desync_findings, nan_findings, slow_comm_findings
 from .queries import RunData
 from .replay_impact import straggler_impacts
 from .straggler import StragglerConfig, find_slow_ranks
+from .transient import transient_findings
 from .waits import WaitSummary, summarize_waits
 
 _MS = 1e6
@@ -157,6 +158,8 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
     findings += [_with_link_counters(f, data, coords) for f in comm]
     findings += desync_findings(data.mismatches, coords, data.usual)
     findings += nan_findings(data.steps, coords)
+    moving, more = transient_findings(data.steps, totals, coords, steps_in, [s.rank for s in slow])
+    findings, notes = findings + moving, notes + more
     findings.sort(key=lambda f: -f.impact_pct)
     culprit_ranks = [s.rank for s in culprits]
     design, more = imbalance_findings(data, coords, totals, steps_in, med_ms, culprit_ranks)
@@ -201,6 +204,9 @@ def _beside_the_stop(findings: list[Finding], notes: list[str]) -> list[Finding]
     """Keep the stop and the stragglers that stand out even in a run cut short."""
     kept = []
     for f in findings:
+        if f.kind == "transient_straggler":
+            notes.append(f"before the job stopped: {f.summary} (not named beside the stop)")
+            continue
         ratio = float(f.evidence.get("median_ratio", 0) or 0) if f.kind == "straggler" else 0.0
         if f.kind == "straggler" and ratio < MIN_RATIO_BESIDE_STOP:
             notes.append(

@@ -9,9 +9,9 @@ from typing import Any
 from ranksight.words import span
 
 KINDS = ("straggler", "slow_communication", "hang", "crash", "desync", "nan", "pipeline_imbalance",
-         "hardware", "network")  # fmt: skip
+         "hardware", "network", "transient_straggler")  # fmt: skip
 CAUSES = ("compute", "data_loader", "optimizer", "communication", "unknown", "gc", "cpu_contention",
-          "gpu_throttle", "gpu_contention", "stage_imbalance",
+          "gpu_throttle", "gpu_contention", "stage_imbalance", "data_imbalance",
           # what a job's logs say (analyzer/log_evidence)
           "stuck", "stopped_completing", "watchdog_abort", "watchdog_stuck", "rendezvous",
           "lagging", "mismatch", "ahead", "signal", "exit_code", "exception", "nccl_error",
@@ -48,6 +48,8 @@ class Finding:
             return f"rank {self.culprit_rank}"
         if self.kind in NOT_FAULTS:
             return f"stage {self.pp}"
+        if self.kind == "transient_straggler" and self.evidence.get("ranks"):
+            return f"ranks {span(self.evidence['ranks'])} in turn"
         suspects = self.evidence.get("suspects") or []
         if suspects and isinstance(suspects, list):
             return f"suspects {span(suspects)}"

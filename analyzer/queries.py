@@ -91,12 +91,14 @@ GROUP BY rank, step, phase ORDER BY step, rank, phase
 PHASE_TOTALS = f"""
 SELECT rank, step,
        sumIf(end_ns - start_ns - wait_ns, phase IN %(compute)s) AS compute_self,
-       sumIf(end_ns - start_ns - wait_ns, phase IN %(data)s) AS data_self
+       sumIf(end_ns - start_ns - wait_ns, phase IN %(data)s) AS data_self,
+       sumIf(end_ns - start_ns - wait_ns, phase = 'gc') AS gc_self
 FROM phases WHERE {_RUN}
 GROUP BY rank, step
 """
-"""One row per (rank, step): the straggler test's inputs, pivoted in the store (a quarter
-of the rows of PHASES at 16k ranks)."""
+"""One row per (rank, step): the straggler and transient-straggler tests' inputs, pivoted in
+the store (a quarter of the rows of PHASES at 16k ranks). ``gc_self``: GC pause time (the
+hooks' ``gc`` phase), which also lies inside the compute phase it interrupted."""
 
 PHASES_OF = f"""
 SELECT rank, step, phase, count() AS n, sum(end_ns - start_ns) AS dur_sum,
