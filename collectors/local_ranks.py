@@ -5,10 +5,13 @@ segments (``trainer_hooks/spool.py``; older hooks: ``rank<rank:05d>-<pid>.jsonl`
 agent knows the local ranks and their pids without
 asking anyone. A process counts as that rank while its pid is alive and was started no
 later than the file was last written (a reused pid belongs to a younger process).
+Before a process is inspected from outside (py-spy), :func:`rank_problem` checks that it
+is that rank's process: it runs as the spool file's owner and holds the file open.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
@@ -83,8 +86,10 @@ def scan_spool(
 
 
 def from_store(store, run_id: str, host: str, attempt: int | None = None) -> list[LocalRank]:
-    """Live ranks of ``run_id`` that the ``ranks`` table places on ``host`` (latest
-    attempt unless given). Raises StoreError if the store cannot be read."""
+    """Live pids of ``run_id`` that the ``ranks`` table places on ``host`` (latest
+    attempt unless given), with no spool file: candidates only, which prove nothing
+    (anyone who can write the store can write a row; :func:`rank_problem` refuses them).
+    Raises StoreError if the store cannot be read."""
     sql = "SELECT attempt, rank, pid FROM ranks WHERE run_id = %(r)s AND host = %(h)s"
     params: dict = {"r": run_id, "h": host}
     if attempt is not None:
@@ -96,6 +101,56 @@ def from_store(store, run_id: str, host: str, attempt: int | None = None) -> lis
         rows = [r for r in rows if int(r["attempt"]) == latest]
     ranks = {(int(r["attempt"]), int(r["rank"]), int(r["pid"])) for r in rows}
     return [LocalRank(run_id, a, k, p, "") for a, k, p in sorted(ranks) if is_alive(p)]
+
+
+def rank_problem(lr: LocalRank) -> str | None:
+    """Why ``lr.pid`` may not be taken for rank ``lr.rank`` of run ``lr.run_id`` (a
+    sentence naming the pid), or None when the spool proves it is: ``lr.spool_path`` is a
+    spool file naming that run, attempt, rank and pid, the process runs as the file's
+    owner (real and effective uid), and it holds one of that rank's spool files open
+    (``/proc/PID/fd``, readable with the same ptrace permission py-spy needs). A row of
+    the ``ranks`` table alone, a file planted beside the ranks' files, or a pid reused by
+    another process proves nothing."""
+    pid, rank = lr.pid, lr.rank
+    if not lr.spool_path:
+        return f"pid {pid} is named by the ranks table only, not by a spool file on this node"
+    named = parse_spool_path(lr.spool_path)
+    if named is None or (named.run_id, named.attempt, named.rank, named.pid) != (
+        lr.run_id, lr.attempt, rank, pid
+    ):  # fmt: skip
+        return f"pid {pid}: {lr.spool_path} does not name rank {rank} of run {lr.run_id}"
+    try:
+        owner = os.stat(lr.spool_path).st_uid
+        uids = psutil.Process(pid).uids()
+    except (OSError, psutil.Error) as exc:
+        return f"pid {pid} or its spool file is gone ({exc})"
+    if uids.real != owner or uids.effective != owner:
+        return f"pid {pid} runs as uid {uids.real}; rank {rank}'s spool file belongs to uid {owner}"
+    return _holds_spool_file(lr)
+
+
+def _holds_spool_file(lr: LocalRank) -> str | None:
+    """None if ``lr.pid`` has one of rank ``lr.rank``'s spool files (of that pid) open,
+    else why not."""
+    folder = os.path.dirname(lr.spool_path)
+    prefix = f"rank{lr.rank:05d}-{lr.pid}"
+    files = set()
+    for path in glob.glob(os.path.join(glob.escape(folder), prefix + "*")):
+        if parse_spool_path(path) is not None:
+            with contextlib.suppress(OSError):
+                st = os.stat(path)
+                files.add((st.st_dev, st.st_ino))
+    fd_dir = f"/proc/{lr.pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError as exc:
+        return f"pid {lr.pid}: cannot read {fd_dir} to check it is rank {lr.rank} ({exc.strerror})"
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            st = os.stat(os.path.join(fd_dir, fd))
+            if (st.st_dev, st.st_ino) in files:
+                return None
+    return f"pid {lr.pid} holds none of rank {lr.rank}'s spool files open (not that rank's process)"
 
 
 class LocalRanks:

@@ -4,8 +4,10 @@ py-spy reads another process's memory through ptrace (``process_vm_readv``), so 
 must run as the ranks' user or as root with the ``SYS_PTRACE`` capability; without that,
 py-spy answers "Permission Denied" and :class:`StackTaker` says so once, with the fix.
 Dumps of all ranks of a node run in parallel, so they show the same moment as closely as
-a node allows. Only processes registered by local ranks (spool files or the ``ranks``
-table) are ever dumped.
+a node allows. Only processes the spool proves to be a run's ranks are ever dumped
+(:func:`~ranksight.collectors.local_ranks.rank_problem`: the rank's own spool file names
+the pid, the process runs as the file's owner and holds it open); any other pid handed to
+:class:`StackTaker`, e.g. from a forged ``ranks`` row, is refused, named and logged.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .base import Unavailable
-from .local_ranks import LocalRank
+from .local_ranks import LocalRank, rank_problem
 
 log = logging.getLogger("ranksight.collectors.pyspy")
 
@@ -139,10 +141,17 @@ def summarize(threads: tuple[dict, ...] | list[dict], depth: int = 4) -> str:
     return "\n".join(lines)
 
 
+REFUSED = "refused: "
+"""How the error of a rank not dumped (not proven to be that rank) starts."""
+
+
 class StackTaker:
     """Dumps local rank processes and turns the dumps into ``stacks`` rows; warns once,
-    with the fix, when py-spy lacks permission. Raises :class:`Unavailable` if py-spy is
-    not installed."""
+    with the fix, when py-spy lacks permission. Ranks that
+    :func:`~ranksight.collectors.local_ranks.rank_problem` refuses are never dumped:
+    :attr:`refused` holds their rows (``ok`` 0, error ``refused: <why>``) from the last
+    :meth:`take`, for the caller to show, never to store. Raises :class:`Unavailable` if
+    py-spy is not installed."""
 
     def __init__(self, host: str, config: PySpyConfig | None = None) -> None:
         self.host = host
@@ -155,13 +164,28 @@ class StackTaker:
                 raise Unavailable("py-spy is not installed (pip install py-spy)")
             self.command = (path,)
         self.permission_warned = False
+        self.refused: list[dict] = []
 
     def take(self, ranks: list[LocalRank], trigger: str) -> list[dict]:
-        """Dump every rank in ``ranks`` in parallel; one ``stacks`` row each (failed dumps
-        too, with their error), tagged with ``trigger`` and the time the dumps began."""
+        """Dump every rank in ``ranks`` that the spool proves (the others go to
+        :attr:`refused`, each logged as a warning) in parallel; one ``stacks`` row each
+        (failed dumps too, with their error), tagged with ``trigger`` and the time the
+        dumps began."""
+        ts = time.time_ns()
+        self.refused, proven = [], []
+        for lr in ranks:
+            problem = rank_problem(lr)
+            if problem is None:
+                proven.append(lr)
+                continue
+            log.warning("not dumping rank %d of run %s: %s", lr.rank, lr.run_id, problem)
+            no_dump = StackDump(
+                lr.pid, False, REFUSED + problem, (), "", 0.0, self.config.native, False
+            )
+            self.refused.append(self._row(lr, no_dump, trigger, ts))
+        ranks = proven
         if not ranks:
             return []
-        ts = time.time_ns()
         workers = min(self.config.parallel, len(ranks))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ranksight-pyspy") as pool:
             dumps = list(pool.map(lambda r: dump(r.pid, self.command, self.config), ranks))

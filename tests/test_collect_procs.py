@@ -136,7 +136,8 @@ def test_stacks_command_and_ranks_found_through_the_store(ranks, tmp_path) -> No
     }
     store.insert("ranks", frame("ranks", [row]))
     rows = take_stacks(store, "run-t", spool_dir=str(tmp_path / "no-spool"))
-    assert [(r["rank"], r["ok"]) for r in rows] == [(1, 1)], "the ranks table names the pid"
+    assert [(r["rank"], r["ok"]) for r in rows] == [(1, 0)], "the table alone proves no pid"
+    assert rows[0]["error"].startswith("refused: ")  # tests/test_stack_targets.py
     none = subprocess.run(
         [sys.executable, "-m", "ranksight.cli", "stacks", "--run", "run-nope", "--spool", spool, "--store", url],
         capture_output=True, text=True, timeout=120,
