@@ -11,29 +11,41 @@ names differ between versions (``seq_id`` before ``collective_seq_id``; ``thread
 ``is_p2p``, ``timeout_ms`` and dtypes appear over time); :func:`normalize_entry` maps them
 all to one shape.
 
-:func:`read_dump` never raises for a bad dump: an empty, truncated or foreign file, or an
-unknown version, gives what could be read plus ``problems`` saying what could not. Pickles
-are loaded with an unpickler that refuses every class (dumps hold only plain data).
+:func:`read_dump` never raises for a bad dump: an empty, truncated or foreign file, an
+unknown version, or values of the wrong type give what could be read plus ``problems``
+saying what could not; every value of an entry is of its ``fr_entries`` column's type
+(:mod:`ranksight.store.fit`). Pickles are loaded with an unpickler that refuses every class
+(dumps hold only plain data). What a dump may take is bounded: :data:`DUMP_BYTES`
+decompressed (``ranksight import`` derives its own limit from ``--memory-mb``), and one
+entry per :data:`BYTES_PER_ENTRY` of it (a pickle's shared references could otherwise
+build millions of entries from a few bytes).
 """
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import math
 import os
 import pickle
 import re
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from ranksight.store.fit import fit_int, fit_rank
 from ranksight.words import counted
+
+from .bounded import TooBig, inflate, read_bytes
 
 KNOWN_VERSIONS = tuple(f"2.{m}" for m in range(0, 11))
 """Schema versions whose key names this reader knows (torch's ``version_val``)."""
 
+DUMP_BYTES = 64 << 20
+"""Most bytes (decompressed) of one dump the node agent reads: a real dump of 2,000
+entries with stacks is 0.3 MB; parsing takes about 25 times a dump's size."""
+BYTES_PER_ENTRY = 64
+"""A real dump's pickle spends 130-560 bytes an entry; entries past one per this many
+bytes of the dump are not read (and said so)."""
 _REQUIRED = ("record_id", "profiling_name", "time_created_ns")
 _TRAILING_INT = re.compile(r"(\d+)$")
 _SUFFIX = re.compile(r"\.(gz|pkl|pickle|json)$")
@@ -71,99 +83,98 @@ class _SalvagingUnpickler(pickle._Unpickler):  # the pure-Python one keeps its s
 
 def rank_from_name(path: str) -> int | None:
     """The trailing number of a dump's file name, past ``.pkl``/``.json``/``.gz``
-    (``nccl_trace_rank_3`` -> 3, ``train_rank1.json.gz`` -> 1), else None."""
+    (``nccl_trace_rank_3`` -> 3, ``train_rank1.json.gz`` -> 1), else None (also for a
+    number no rank can be: 2**31 and past, :func:`~ranksight.store.fit.fit_rank`)."""
     name = os.path.basename(path)
     while (stem := _SUFFIX.sub("", name)) != name:
         name = stem
     m = _TRAILING_INT.search(name)
-    return int(m.group(1)) if m else None
+    return fit_rank(m.group(1)) if m else None
 
 
-def read_dump(path: str, rank: int | None = None) -> FrDump:
-    """Read the dump at ``path`` (see the module doc); a file that cannot be opened gives
-    a dump with no entries and the reason in ``problems``."""
+def read_dump(path: str, rank: int | None = None, limit: int = DUMP_BYTES, why: str = "") -> FrDump:
+    """Read the dump at ``path`` (see the module doc), at most ``limit`` bytes of it
+    decompressed (``why``: where the limit comes from, for the message); a file that
+    cannot be opened or passes the limit gives a dump with no entries and the reason in
+    ``problems``."""
     if rank is None:
         rank = rank_from_name(path)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        return FrDump(path, "", "", "", rank, (), {}, {}, (f"cannot read the file: {exc}",))
-    return parse(data, source=path, rank=rank)
+        data, damage = read_bytes(path, limit, why)
+    except (OSError, TooBig) as exc:
+        what = str(exc) if isinstance(exc, TooBig) else f"cannot read the file: {exc}"
+        return FrDump(path, "", "", "", rank, (), {}, {}, (what,))
+    return parse(data, source=path, rank=rank, damage=damage)
 
 
-def parse(data: bytes, source: str = "", rank: int | None = None) -> FrDump:
+def parse(
+    data: bytes, source: str = "", rank: int | None = None, damage: str = "", limit: int = DUMP_BYTES
+) -> FrDump:
     """A dump from its bytes (pickle if it starts with the pickle protocol byte, JSON if
-    with ``{``; either may be gzip-compressed)."""
+    with ``{``; either may be gzip-compressed, inflated up to ``limit`` bytes); ``damage``:
+    what cut the file's gzip stream short, if anything."""
     problems: list[str] = []
-    if data[:2] == b"\x1f\x8b":  # gzip, as dumps are often kept
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            problems.append(f"the gzip file is damaged ({exc}); read what it gave")
-            data = _gunzip_partial(data)
+    try:
+        data, cut = inflate(data, limit, source)
+    except TooBig as exc:
+        return FrDump(source, "", "", "", rank, (), {}, {}, (str(exc),))
+    damage = damage or cut
+    if damage:
+        problems.append(f"{damage}; read what it gave")
     if not data.strip():
-        return FrDump(source, "", "", "", rank, (), {}, {}, ("the file is empty",))
+        return FrDump(source, "", "", "", rank, (), {}, {}, (*problems, "the file is empty"))
     if data[:1] == b"\x80":
         fmt, top, raw_entries = "pickle", *_load_pickle(data, problems)
     elif data.lstrip()[:1] == b"{":
         fmt, top, raw_entries = "json", *_load_json(data, problems)
     else:
-        return FrDump(
-            source,
-            "",
-            "",
-            "",
-            rank,
-            (),
-            {},
-            {},
-            ("not a Flight Recorder dump (neither pickle nor JSON)",),
-        )
-    version = str(top.get("version", ""))
+        return FrDump(source, "", "", "", rank, (), {}, {},
+                      ("not a Flight Recorder dump (neither pickle nor JSON)",))  # fmt: skip
+    version = _text(top.get("version", ""))
     if not version:
         problems.append("no schema version in the dump")
     elif version not in KNOWN_VERSIONS:
         problems.append(
             f"unknown schema version {version!r} (known: 2.0-2.10): read with the 2.x key names"
         )
-    entries = []
-    dropped = 0
-    for raw in raw_entries:
-        entry = normalize_entry(raw)
-        if entry is None:
-            dropped += 1
-        else:
-            entries.append(entry)
-    if dropped:
+    most = max(1, len(data) // BYTES_PER_ENTRY)
+    if len(raw_entries) > most:
+        problems.append(
+            f"{counted(len(raw_entries), 'entry', 'entries')} in {counted(len(data), 'byte', spec=',')}"
+            f" (shared references): read the first {most:,}"
+        )
+        raw_entries = raw_entries[:most]
+    entries = [e for e in map(normalize_entry, raw_entries) if e is not None]
+    if len(entries) < len(raw_entries):
+        dropped = len(raw_entries) - len(entries)
         problems.append(
             f"skipped {counted(dropped, 'entry', 'entries')} lacking {'/'.join(_REQUIRED)}"
         )
-    comm = top.get("comm_lib_version", top.get("nccl_version", ""))
-    return FrDump(
-        source,
-        fmt,
-        version,
-        str(comm or ""),
-        rank,
-        tuple(entries),
-        _dict(top.get("pg_config")),
-        _dict(top.get("pg_status")),
-        tuple(problems),
+    pg_config, pg_status = _groups(top.get("pg_config"), problems, "pg_config"), _groups(
+        top.get("pg_status"), problems, "pg_status"
     )
+    comm = top.get("comm_lib_version", top.get("nccl_version", ""))
+    return FrDump(source, fmt, version, _text(comm or ""), rank, tuple(entries), pg_config,
+                  pg_status, tuple(problems))  # fmt: skip
 
 
-def _gunzip_partial(data: bytes) -> bytes:
-    """What a damaged gzip stream decompresses to before the damage."""
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        return d.decompress(data)
-    except zlib.error:
-        return b""
+def _text(value: Any) -> str:
+    """A dump's text field (a version, a name) as text, whatever its type."""
+    return value if isinstance(value, str) else str(value)
 
 
-def _dict(value: Any) -> dict:
-    return value if isinstance(value, dict) else {}
+def _groups(value: Any, problems: list[str], key: str) -> dict:
+    """``pg_config``/``pg_status``: process group -> dict; a group whose value is no dict
+    is left out (and said so)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problems.append(f"{key} is no mapping ({type(value).__name__}): left out")
+        return {}
+    out = {_text(k): v for k, v in value.items() if isinstance(v, dict)}
+    if len(out) < len(value):
+        problems.append(f"{key}: {counted(len(value) - len(out), 'group')} of no mapping left out")
+    return out
 
 
 def _load_pickle(data: bytes, problems: list[str]) -> tuple[dict, list]:
@@ -201,7 +212,8 @@ def _salvage_pickle(data: bytes, problems: list[str], exc: Exception) -> tuple[d
                 top.setdefault(item, frame[i + 1])
             elif isinstance(item, dict) and "entries" in item:
                 top = {**item, **top}
-                entries.extend(e for e in item["entries"] if isinstance(e, dict))
+                inner = item["entries"] if isinstance(item["entries"], list) else []
+                entries.extend(e for e in inner if isinstance(e, dict))
     problems.append(
         f"the pickle is damaged ({type(exc).__name__}: {exc}); kept {len(entries)} complete entries"
     )
@@ -250,14 +262,18 @@ def _salvage_json(text: str, problems: list[str], exc: Exception) -> tuple[dict,
 
 
 def normalize_entry(raw: dict) -> dict | None:
-    """One entry in the ``fr_entries`` shape (without run/rank/host/source), or None if
-    it lacks ``record_id``, ``profiling_name`` or ``time_created_ns``."""
+    """One entry in the ``fr_entries`` shape (without run/rank/host/source), every value of
+    its column's type; None if it lacks ``record_id``, ``profiling_name`` or
+    ``time_created_ns`` (or the first or last is no integer)."""
     if any(raw.get(k) is None for k in _REQUIRED):
         return None
-    op = str(raw["profiling_name"])
+    record, created = _int(raw["record_id"], None), _int(raw["time_created_ns"], None)
+    if record is None or created is None:
+        return None
+    op = _text(raw["profiling_name"])
     pg = raw.get("process_group") or ("", "")
     pg_name, pg_desc = (
-        (pg[0], pg[1]) if isinstance(pg, (list, tuple)) and len(pg) >= 2 else (str(pg), "")
+        (pg[0], pg[1]) if isinstance(pg, (list, tuple)) and len(pg) >= 2 else (pg, "")
     )
     seq = raw.get("collective_seq_id", raw.get("seq_id", -1))
     is_p2p = raw.get("is_p2p")
@@ -265,40 +281,57 @@ def normalize_entry(raw: dict) -> dict | None:
         kind = op.split(":", 1)[-1].split(" ")[0]
         is_p2p = kind in ("send", "recv")
     duration = raw.get("duration_ms")
+    frames = raw.get("frames")
     return {
-        "record_id": int(raw["record_id"]),
+        "record_id": record,
         "pg_id": _int(raw.get("pg_id"), -1),
-        "pg_name": str(pg_name),
-        "pg_desc": str(pg_desc),
+        "pg_name": _text(pg_name),
+        "pg_desc": _text(pg_desc),
         "collective_seq_id": _int(seq, -1),
         "p2p_seq_id": _int(raw.get("p2p_seq_id"), -1),
         "op_id": _int(raw.get("op_id"), -1),
         "op": op,
         "is_p2p": int(bool(is_p2p)),
-        "input_sizes": json.dumps(raw.get("input_sizes") or []),
-        "input_dtypes": json.dumps(raw.get("input_dtypes") or []),
-        "output_sizes": json.dumps(raw.get("output_sizes") or []),
-        "output_dtypes": json.dumps(raw.get("output_dtypes") or []),
-        "state": str(raw.get("state") or ""),
-        "time_created_ns": int(raw["time_created_ns"]),
+        "input_sizes": json.dumps(_shapes(raw.get("input_sizes"))),
+        "input_dtypes": json.dumps(_names(raw.get("input_dtypes"))),
+        "output_sizes": json.dumps(_shapes(raw.get("output_sizes"))),
+        "output_dtypes": json.dumps(_names(raw.get("output_dtypes"))),
+        "state": _text(raw.get("state") or ""),
+        "time_created_ns": created,
         "time_started_ns": _int(raw.get("time_discovered_started_ns"), 0),
         "time_completed_ns": _int(raw.get("time_discovered_completed_ns"), 0),
-        "duration_ms": float(duration) if isinstance(duration, (int, float)) else math.nan,
+        "duration_ms": float(duration)
+        if isinstance(duration, (int, float)) and math.isfinite(float(duration))
+        else math.nan,
         "timeout_ms": _int(raw.get("timeout_ms"), 0),
         "retired": int(bool(raw.get("retired"))),
-        "thread_name": str(raw.get("thread_name") or ""),
+        "thread_name": _text(raw.get("thread_name") or ""),
         "frames": json.dumps(
-            [
-                [f.get("name"), f.get("filename"), f.get("line")]
-                for f in raw.get("frames") or []
-                if isinstance(f, dict)
-            ]
-        ),
+            [[_text(f.get("name")), _text(f.get("filename")), _int(f.get("line"), -1)]
+             for f in (frames if isinstance(frames, list) else []) if isinstance(f, dict)]
+        ),  # fmt: skip
     }
 
 
-def _int(value: Any, default: int) -> int:
-    try:
-        return int(value) if value is not None else default
-    except (TypeError, ValueError):
+def _int(value: Any, default: int | None) -> int | None:
+    """``value`` as an Int64 (:func:`~ranksight.store.fit.fit_int`), ``default`` where it
+    is missing or no integer (text, a list, inf)."""
+    if value is None or isinstance(value, (list, tuple, dict, set)):
         return default
+    if isinstance(value, float) and not value.is_integer():
+        return default
+    got = fit_int(value, "Int64")
+    return default if got is None or (got == -1 and value not in (-1, "-1")) else got
+
+
+def _shapes(value: Any) -> list[list[int]]:
+    """Tensor shapes (``[[2, 3], [4]]``): a list of lists of ints; a scalar shape ``[n]``;
+    a dimension that is no integer is -1."""
+    if not isinstance(value, (list, tuple)):
+        return []
+    return [[_int(d, -1) for d in (s if isinstance(s, (list, tuple)) else [s])] for s in value]
+
+
+def _names(value: Any) -> list[str]:
+    """Dtype names (``["Float", "Long"]``) as a list of text."""
+    return [_text(v) for v in value] if isinstance(value, (list, tuple)) else []

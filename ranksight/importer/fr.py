@@ -24,15 +24,17 @@ from __future__ import annotations
 import json
 import math
 
-from ranksight.collectors.flight_recorder import FrDump, read_dump
+from ranksight.collectors.flight_recorder import DUMP_BYTES, FrDump, read_dump
 from ranksight.collectors.fr_ingest import dump_rows
+from ranksight.store.fit import fit_int
 
 from .rows import Rows, group_id, norm_op, parse_ranks, rank_from_path, ranks_text
 
 
-def read(path: str, rank: int | None = None) -> FrDump:
-    """The dump at ``path`` (rank from the name: ``nccl_trace_rank_3``, ``_dump_12``)."""
-    return read_dump(path, rank if rank is not None else rank_from_path(path))
+def read(path: str, rank: int | None = None, limit: int = DUMP_BYTES, why: str = "") -> FrDump:
+    """The dump at ``path`` (rank from the name: ``nccl_trace_rank_3``, ``_dump_12``), at
+    most ``limit`` bytes of it decompressed (``why``: the limit's source, for messages)."""
+    return read_dump(path, rank if rank is not None else rank_from_path(path), limit, why)
 
 
 def pg_names(dump: FrDump) -> dict[str, str]:
@@ -156,10 +158,8 @@ def group_progress(
 
 
 def _int(value, default: int = -1) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
+    got = fit_int(value, "Int64")
+    return default if got is None else got
 
 
 def _config(dump: FrDump, name: str) -> dict:

@@ -31,6 +31,7 @@ import codecs
 import gzip
 import io
 import json
+import math
 import re
 from array import array
 from collections.abc import Callable, Iterator
@@ -38,11 +39,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ranksight.store.fit import fit_int, fit_rank
 from ranksight.words import counted
 
 from .rows import Rows, group_id, norm_op, parse_ranks, ranks_text
 
-STEP = re.compile(r"^ProfilerStep#(\d+)$")
+STEP = re.compile(r"^ProfilerStep#(\d{1,9})$")
+TIME_LIMIT_US = 9e15
+"""Largest ``ts``/``dur`` (µs) taken: what int64 nanoseconds hold (year 2255); an event
+past it, or with no finite time, is skipped and counted (``KinetoRank.skipped``)."""
 NCCL = ("ncclKernel", "ncclDevKernel")
 
 
@@ -71,6 +76,8 @@ class KinetoRank:
         default_factory=list
     )  # (start, dur, op, nelems_in, nelems_out, dtype, pg_desc, ranks)
     events: int = 0
+    skipped: int = 0
+    """Complete events with no usable time (inf, nan, text, past :data:`TIME_LIMIT_US`)."""
     host_spans: list[tuple] = field(default_factory=list)
     """c10d's host spans of collectives (``gloo:all_reduce``, ``nccl:all_reduce``), used
     as the collectives only when the trace has no NCCL kernels (CPU-only, gloo)."""
@@ -224,11 +231,16 @@ def read(
             raise
         out.problems.append(f"{exc}; kept the {counted(out.events, 'event')} before it")
     out.spill_compute()
+    if out.skipped:
+        out.problems.append(f"skipped {counted(out.skipped, 'event')} with no usable ts/dur")
     info = out.header.get("distributedInfo") or {}
     if isinstance(info, dict):
-        if info.get("rank") is not None:
-            out.rank = int(info["rank"])
-        out.world_size = int(info.get("world_size") or 0)
+        said = info.get("rank")
+        if said is not None and fit_rank(said) is None:
+            out.problems.append(f"distributedInfo.rank {str(said)[:40]!r} is no rank: ignored")
+        elif said is not None:
+            out.rank = fit_rank(said)
+        out.world_size = fit_int(info.get("world_size"), "UInt32") or 0
     return out
 
 
@@ -238,15 +250,20 @@ def _take(out: KinetoRank, ev: dict) -> None:
     name = str(ev.get("name", ""))
     try:
         ts, dur = float(ev.get("ts", 0)), float(ev.get("dur", 0))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
+        ts = dur = math.inf
+    if not (abs(ts) < TIME_LIMIT_US and abs(dur) < TIME_LIMIT_US):  # inf and nan too
+        out.skipped += 1
         return
     cat = ev.get("cat")
     if cat == "kernel":
         if name.startswith(NCCL):
-            a = ev.get("args") or {}
+            a = ev.get("args")
+            a = a if isinstance(a, dict) else {}
             out.nccl.append(
                 (ts, dur, norm_op(str(a.get("Collective name") or name)),
-                 int(a.get("In msg nelems") or 0), int(a.get("Out msg nelems") or 0),
+                 fit_int(a.get("In msg nelems"), "UInt64") or 0,
+                 fit_int(a.get("Out msg nelems"), "UInt64") or 0,
                  str(a.get("dtype") or "").lower(), str(a.get("Process Group Description") or ""),
                  str(a.get("Process Group Ranks") or ""))
             )  # fmt: skip
@@ -277,7 +294,8 @@ def rank_rows(t: KinetoRank, everyone: list[int]) -> Rows:
     out = Rows()
     if t.rank is None:
         return out
-    base = int(t.header.get("baseTimeNanoseconds") or 0)
+    base = fit_int(t.header.get("baseTimeNanoseconds"), "Int64") or 0
+    base = base if abs(base) < 1 << 62 else 0  # ns() adds at most 9e18
 
     def ns(us: float, base: int = base) -> int:
         return base + int(round(us * 1000))

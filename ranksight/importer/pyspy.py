@@ -18,6 +18,7 @@ import json
 import re
 
 from ranksight.collectors.pyspy import summarize
+from ranksight.store.fit import fit_int, fit_text
 
 from .logs.pystacks import event_of
 
@@ -42,7 +43,7 @@ def parse_text(text: str) -> tuple[int, list[dict]]:
             state = m.group("state")
             tid = m.group("tid")
             threads.append(
-                {"thread_name": m.group("name") or "", "os_thread_id": int(tid, 0),
+                {"thread_name": m.group("name") or "", "os_thread_id": int(tid, 16 if tid[:2] in ("0x", "0X") else 10),
                  "active": state.startswith("active"), "owns_gil": "gil" in state, "frames": []}
             )  # fmt: skip
         elif threads and (m := FRAME.match(line) or FRAME_NOLINE.match(line)):
@@ -58,13 +59,34 @@ def parse_text(text: str) -> tuple[int, list[dict]]:
 
 def parse_json(text: str) -> tuple[int, list[dict]]:
     """(pid, threads) of ``py-spy dump --json`` output (a list of threads, or an object with
-    ``threads``). Raises ValueError for anything else."""
+    ``threads``), each thread in py-spy's shape with values of its types
+    (:func:`thread_of`). Raises ValueError for anything else."""
     data = json.loads(text)
     threads = data.get("threads") if isinstance(data, dict) else data
     if not isinstance(threads, list) or not all(isinstance(t, dict) for t in threads):
         raise ValueError("not py-spy JSON (want a list of threads)")
-    pid = int(data.get("pid", 0)) if isinstance(data, dict) else 0
-    return pid, threads
+    pid = fit_int(data.get("pid"), "UInt32") or 0 if isinstance(data, dict) else 0
+    return pid, [thread_of(t) for t in threads]
+
+
+def thread_of(raw: dict) -> dict:
+    """One py-spy JSON thread with every field of its type: ``thread_name`` text,
+    ``os_thread_id`` an int (0: unknown), ``active``/``owns_gil`` bools, ``frames`` dicts of
+    ``name``, ``filename``, ``short_filename`` (text) and ``line`` (int; frames that are no
+    dicts left out)."""
+    frames = raw.get("frames")
+    return {
+        "thread_name": fit_text(raw.get("thread_name") or ""),
+        "os_thread_id": fit_int(raw.get("os_thread_id"), "UInt64") or 0,
+        "active": bool(raw.get("active")),
+        "owns_gil": bool(raw.get("owns_gil")),
+        "frames": [
+            {"name": fit_text(f.get("name") or "?"), "filename": fit_text(f.get("filename") or ""),
+             "short_filename": fit_text(f.get("short_filename") or ""),
+             "line": fit_int(f.get("line"), "Int64") or 0}
+            for f in (frames if isinstance(frames, list) else []) if isinstance(f, dict)
+        ],
+    }  # fmt: skip
 
 
 def row_of(rank: int, pid: int, threads: list[dict], host: str, ts_ns: int) -> dict:

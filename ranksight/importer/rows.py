@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ranksight.store.fit import fit_rank
+
 _OPS = {
     "allreduce": "all_reduce",
     "allgather": "all_gather",
@@ -58,8 +60,9 @@ def ranks_text(ranks: list[int] | tuple[int, ...]) -> str:
 
 
 def parse_ranks(text: str) -> list[int]:
-    """``"[0, 1, 2]"`` or ``"0,1,2"`` -> ``[0, 1, 2]`` (anything else: ``[]``)."""
-    return [int(x) for x in re.findall(r"-?\d+", str(text))]
+    """``"[0, 1, 2]"`` or ``"0,1,2"`` -> ``[0, 1, 2]`` (anything else: ``[]``; numbers of
+    more than 12 digits, which name no rank, left out)."""
+    return [int(x) for x in re.findall(r"-?\d+", str(text)) if len(x) <= 13]
 
 
 _RANK_PATTERNS = (
@@ -72,7 +75,8 @@ _RANK_PATTERNS = (
 def rank_from_path(path: str) -> int | None:
     """A rank number in a file name: ``rank3.log``, ``trace_rank-1.json.gz``,
     ``nccl_trace_rank_3``, ``_dump_12``, ``worker7.txt`` -> 3, 1, 3, 12, 7; else None
-    (``part1.log``, ``console2.txt``: a number that names no rank)."""
+    (``part1.log``, ``console2.txt``: a number that names no rank; ``rank99999999999``:
+    a number no rank can be, :func:`~ranksight.store.fit.fit_rank`)."""
     name = path.replace("\\", "/").rsplit("/", 1)[-1]
     stem = name
     while True:
@@ -83,7 +87,7 @@ def rank_from_path(path: str) -> int | None:
     for pattern in _RANK_PATTERNS:
         m = pattern.search(stem)
         if m:
-            return int(m.group(1))
+            return fit_rank(m.group(1))
     return None
 
 

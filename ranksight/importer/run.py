@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from ranksight.collectors.base import frame
 from ranksight.store import Store, StoreError
+from ranksight.store.fit import fit
 
 from . import logs, sources
 from .formats import FORMATS, Format
@@ -49,6 +50,18 @@ class ImportConfig:
         return max(1 << 20, min(64 << 20, (self.memory_mb << 20) // 16))
 
     @property
+    def file_bytes(self) -> int:
+        """Most bytes (decompressed) of a file read whole (Flight Recorder and py-spy
+        dumps): a 32nd of the budget, as parsing a dump takes about 25 times its size;
+        16 MiB at the default 512."""
+        return (self.memory_mb << 20) // 32
+
+    @property
+    def limit_why(self) -> str:
+        """Where :attr:`file_bytes` comes from, for messages."""
+        return f"a 32nd of --memory-mb {self.memory_mb}"
+
+    @property
     def max_rows(self) -> int:
         """Rows held before a flush to the store."""
         return max(10_000, (self.memory_mb << 20) // 4 // _BYTES_PER_ROW)
@@ -80,6 +93,13 @@ class ImportResult:
         """Files whose content went into the run."""
         return [f for f in self.files if f.ok and f.kind]
 
+    def refuse(self, name: str, why: str) -> None:
+        """Mark the file ``name`` as not imported after all (its rows failed to build once
+        every file was read), saying ``why``."""
+        for f in self.files:
+            if f.path == name and f.ok:
+                f.ok, f.message = False, why
+
     @property
     def failed(self) -> list[FileResult]:
         """Files that were meant as artifacts but could not be read."""
@@ -105,7 +125,7 @@ class _Writer:
             for i in range(0, len(items), _INSERT_ROWS):
                 part = [
                     {**r, "run_id": self.run_id, "attempt": self.attempt}
-                    for r in items[i : i + _INSERT_ROWS]
+                    for r in fit(table, items[i : i + _INSERT_ROWS])
                 ]
                 self.store.insert(table, frame(table, part))
             self.counts[table] = self.counts.get(table, 0) + len(items)
@@ -268,7 +288,7 @@ class ImportState:
                     "ranks",
                     [
                         {**r, "run_id": self.writer.run_id, "attempt": self.writer.attempt}
-                        for r in rows
+                        for r in fit("ranks", rows)
                     ],
                 ),
             )
@@ -295,4 +315,4 @@ def _write_run(store: Store, result: ImportResult, state: ImportState, started: 
         "world_size": state.world, "dp": mesh.get("dp", 0), "tp": mesh.get("tp", 0),
         "pp": mesh.get("pp", 0), "meta_json": json.dumps(result.meta, default=str),
     }  # fmt: skip
-    store.insert("runs", frame("runs", [row]))
+    store.insert("runs", frame("runs", fit("runs", [row])))

@@ -40,28 +40,54 @@ _P2P = {
 _DP_COLL = {"params-all-gather": "all_gather", "grads-reduce-scatter": "reduce_scatter"}
 
 
+_INTS = ("dp_rank", "stage", "rank", "step", "seq_id")
+_SECONDS = ("start_ts", "duration")
+_MAX_S = 1e5
+"""Largest time (s) within a step taken (a day: steps are laid end to end in int64 ns)."""
+
+
 def read_meta(path: str) -> dict[str, int]:
-    """``meta-*.yaml``'s sizes (``dp_size: 4`` lines) as ``{"dp": 4, "pp": 4, ...}``."""
+    """``meta-*.yaml``'s sizes (``dp_size: 4`` lines) as ``{"dp": 4, "pp": 4, ...}``; a size
+    of 0 or past 2**31 (no mesh has it) is left out."""
     out = {}
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
-            m = re.match(r"\s*(dp|pp|tp|world)_size\s*:\s*(\d+)", line)
-            if m:
+            m = re.match(r"\s*(dp|pp|tp|world)_size\s*:\s*(\d{1,10})\s*$", line[:200])
+            if m and 0 < int(m.group(2)) < 1 << 31:
                 out[m.group(1)] = int(m.group(2))
     return out
 
 
-def load(path: str) -> pd.DataFrame:
-    """The trace as a frame; raises ValueError naming the file and the missing columns."""
+def load(path: str, limit: int = 1 << 62) -> tuple[pd.DataFrame, int]:
+    """(the trace as a frame, rows left out): rows whose ranks, stage, step or sequence
+    number are no integer in ``[0, 2**31)`` or whose times are no finite seconds are
+    left out (a time past :data:`_MAX_S` too). Raises ValueError naming the file: the missing columns, or data past
+    ``limit`` bytes uncompressed (the memory budget)."""
     import pyarrow.parquet as pq
 
-    names = pq.ParquetFile(path).schema_arrow.names
+    meta = pq.ParquetFile(path).metadata
+    names = meta.schema.to_arrow_schema().names
     missing = [c for c in REQUIRED if c not in names]
     if missing:
         raise ValueError(f"{path}: not a What-if Analysis trace (no column {', '.join(missing)})")
+    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    if size > limit:
+        raise ValueError(f"{path}: {size:,} bytes uncompressed, past the {limit:,} it may take")
     frame = pd.read_parquet(path)
     frame["optype"] = frame["optype"].astype(str)
-    return frame
+    good = pd.Series(True, index=frame.index)
+    for col in (*_INTS, *_SECONDS, *(["mb_id"] if "mb_id" in frame.columns else [])):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(np.float64)
+        v = frame[col]
+        ok = v.abs() < _MAX_S if col in _SECONDS else (v >= 0) & (v < 1 << 31) & (v % 1 == 0)
+        good &= ok if col != "mb_id" else ok | (v == -1)
+    dropped = int((~good).sum())
+    frame = frame[good].copy()
+    for col in (*_INTS, *(["mb_id"] if "mb_id" in frame.columns else [])):
+        frame[col] = frame[col].astype(np.int64)
+    if frame.empty:
+        raise ValueError(f"{path}: no op with integer ranks and finite times")
+    return frame, dropped
 
 
 def meta_beside(path: str) -> dict[str, int]:

@@ -44,7 +44,7 @@ class FlightRecorder(Format):
     def read(self, path: str, rank: int | None) -> tuple[str, int | None]:
         """One rank's dump. Raises ValueError for a damaged or foreign pickle/JSON."""
         st = self.state
-        dump = fr.read(path, rank)
+        dump = fr.read(path, rank, st.cfg.file_bytes, st.cfg.limit_why)
         if not dump.format:
             raise ValueError("; ".join(dump.problems))
         if not (dump.entries or dump.pg_config or dump.pg_status):

@@ -22,6 +22,8 @@ class Kineto(Format):
     def __init__(self, state) -> None:
         super().__init__(state)
         self.traces: list[kineto.KinetoRank] = []
+        self.names: dict[int, str] = {}
+        """id(trace) -> how messages name its file (a trace failing at the end is named)."""
 
     @staticmethod
     def recognize(head: bytes, text: str) -> str | None:
@@ -48,6 +50,7 @@ class Kineto(Format):
         if trace.rank is None:
             raise ValueError("no rank in distributedInfo or the file name")
         self.traces.append(trace)
+        self.names[id(trace)] = st.shown
         note = (
             f"{counted(trace.events, 'event')}, {counted(len(trace.steps), 'step')}, "
             f"{counted(len(trace.collectives), 'collective')}"
@@ -70,11 +73,15 @@ class Kineto(Format):
             index = merge.fr_index(held)
             while self.traces:
                 trace = self.traces.pop(0)
-                rows = kineto.rank_rows(trace, everyone)
-                rows.tables["collectives"] = merge.merge_kineto(
-                    rows.tables.get("collectives", []), index
-                )
-                st.rows.merge(rows)
+                try:
+                    rows = kineto.rank_rows(trace, everyone)
+                    rows.tables["collectives"] = merge.merge_kineto(
+                        rows.tables.get("collectives", []), index
+                    )
+                except Exception as exc:  # noqa: BLE001 - named and left out, never fatal
+                    result.refuse(self.names.get(id(trace), trace.path), f"kineto: {exc}")
+                else:
+                    st.rows.merge(rows)
                 if trace.spill and os.path.exists(trace.spill):
                     os.remove(trace.spill)
                 st.flush_if_full()

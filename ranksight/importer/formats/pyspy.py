@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from ranksight.collectors.bounded import read_bytes
 from ranksight.words import counted
 
 from .. import pyspy
@@ -30,10 +31,13 @@ class PySpy(Format):
         return "" if _FIRST.match(s) else None
 
     def read(self, path: str, rank: int | None) -> tuple[str, int | None]:
-        """One dump. Raises ValueError if it has no thread."""
+        """One dump (gzip or not, at most ``file_bytes`` of it). Raises ValueError if it has
+        no thread or passes the limit."""
         st = self.state
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
+        data, damage = read_bytes(path, st.cfg.file_bytes, st.cfg.limit_why)
+        if damage:
+            raise ValueError(damage)
+        text = data.decode("utf-8", errors="replace")
         pid, threads = (
             pyspy.parse_json(text)
             if text.lstrip().startswith(("[", "{"))

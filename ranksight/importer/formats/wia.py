@@ -28,12 +28,13 @@ class WhatIf(Format):
         return None
 
     def read(self, path: str, rank: int | None) -> tuple[str, int | None]:
-        """The whole trace. Raises ValueError if its columns are not What-if Analysis's."""
-        table = wia.load(path)
+        """The whole trace (its uncompressed data at most half the memory budget). Raises
+        ValueError if its columns are not What-if Analysis's or it passes that."""
+        table, dropped = wia.load(path, self.state.cfg.memory_mb << 19)
         rows, mesh = wia.rows_of(table, wia.meta_beside(path))
         self.state.rows.merge(rows)
         self.state.mesh = mesh
-        return (
-            f"{counted(len(table), 'op')}, {counted(len(rows.tables.get('ranks', [])), 'rank')}",
-            None,
-        )
+        note = f"{counted(len(table), 'op')}, {counted(len(rows.tables.get('ranks', [])), 'rank')}"
+        if dropped:
+            note += f": left out {counted(dropped, 'op')} of no integer rank/step or finite time"
+        return note, None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from ranksight.store.fit import fit_int, fit_text
 from ranksight.store.schema import table
 
 KINDS = (
@@ -40,9 +41,9 @@ KINDS = (
 )
 
 
-_RANGES = {"Int32": (-(1 << 31), 1 << 31), "UInt32": (0, 1 << 32), "Int64": (-(1 << 63), 1 << 63)}
-_BOUNDS = {name: _RANGES[t] for name, t in table("log_events").columns if t in _RANGES}
-"""Each integer column's bounds (store/schema.py): a value past them is unknown (-1)."""
+_INTS = {name: t for name, t in table("log_events").columns if t[:3] in ("Int", "UIn")}
+"""Each integer column's type (store/schema.py): a value past it is unknown (-1,
+:func:`~ranksight.importer.rows.fit_int`)."""
 
 
 @dataclass(slots=True)
@@ -91,12 +92,11 @@ class Event:
     def row(self) -> dict:
         """The ``log_events`` row (``detail`` as JSON text, ``text`` cut to 400 chars)."""
         r = asdict(self)
-        for k, v in r.items():  # a value past its column (NumelIn=2**64-1, [rank99999999999])
-            lo, hi = _BOUNDS.get(k, (-(1 << 63), 1 << 63))
-            if isinstance(v, int) and not lo <= v < hi:
-                r[k] = -1 if lo < 0 else hi - 1
+        for k, kind in _INTS.items():  # past its column (NumelIn=2**64-1, [rank99999999999])
+            if k in r:
+                r[k] = fit_int(r[k], kind)
         r["detail"] = json.dumps(self.detail, sort_keys=True, default=str)
-        r["text"] = self.text[:400]
+        r["text"] = fit_text(self.text[:400])
         return r
 
 
