@@ -87,13 +87,17 @@ def _describe(cfg: DemoConfig, console: Console, run_id: str, store_url: str, sp
         console.print("injecting: nothing (a clean run: the report should name no culprit)")
     for f in cfg.faults:
         c = coords_of(f.rank, shape) if f.rank is not None else {}
-        console.print(
-            f"injecting: [bold red]{f.text}[/] -> rank {f.rank} "
-            f"(dp={c.get('dp')}, tp={c.get('tp')}, pp={c.get('pp')})"
+        where = (
+            f"rank {f.rank} (dp={c.get('dp')}, tp={c.get('tp')}, pp={c.get('pp')})"
+            if f.rank is not None
+            else "a different rank each time"
         )
+        console.print(f"injecting: [bold red]{f.text}[/] -> {where}")
         if f.kind == "slow":
             console.print(f"  [dim]{SLOW_READS_HIGHER.format(factor=f.factor)}[/]", soft_wrap=True)
-    console.print(f"records: ranks -> spool {spool} -> agent -> store {store_url}")
+    from ranksight.store.url import redact
+
+    console.print(f"records: ranks -> spool {spool} -> agent -> store {redact(store_url)}")
 
 
 SLOW_READS_HIGHER = (

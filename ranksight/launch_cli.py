@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 err = Console(stderr=True, soft_wrap=True)
 
@@ -53,9 +54,9 @@ def launch(
         )  # fmt: skip
         code = run_launch(cfg, say=lambda line: err.print(line, markup=False, highlight=False))
     except (ConfigError, ValueError) as exc:
-        err.print(f"[red]error:[/] {redact(str(exc))}")
+        err.print(f"[red]error:[/] {escape(redact(str(exc)))}")
         raise typer.Exit(2) from None
     except Exception as exc:  # StoreError for a bad URL
-        err.print(f"[red]error:[/] {redact(str(exc))}")
+        err.print(f"[red]error:[/] {escape(redact(str(exc)))}")
         raise typer.Exit(1) from None
     raise typer.Exit(code)

@@ -217,3 +217,27 @@ def test_ui_pages_mask_the_password(monkeypatch, password_server, page):
     )  # fmt: skip
     assert "No runs in this store yet (clickhouse://bob:***@" in shown, shown
     assert SECRET not in shown
+
+
+def test_the_demo_names_its_store_masked():
+    import io
+
+    from rich.console import Console
+
+    from ranksight.demo import DemoConfig, _describe
+
+    out = io.StringIO()
+    _describe(
+        DemoConfig(), Console(file=out, width=300), "r1", f"clickhouse://bob:{SECRET}@h/db", "s"
+    )
+    assert "-> store clickhouse://bob:***@h/db" in out.getvalue() and SECRET not in out.getvalue()
+
+
+def test_ui_refuses_a_password_on_its_command_line():
+    out = subprocess.run(
+        [sys.executable, "-m", "ranksight.cli", "ui", "--store", f"clickhouse://bob:{SECRET}@127.0.0.1:9/db"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "RANKSIGHT_CH_PASSWORD" in out.stderr and "bob:***@" in out.stderr
+    assert SECRET not in out.stdout + out.stderr

@@ -21,12 +21,13 @@ def ui(
 ) -> None:
     """Start the web UI (Streamlit) on the store: runs, heatmaps, timelines, mesh, hangs, hosts."""
     from ranksight.store import StoreError, open_store
-    from ranksight.store.url import missing_store
+    from ranksight.store.url import missing_store, refuse_password
     from ranksight.ui.launch import LaunchConfig, page_url, port_taken, serve
 
     out, err = Console(), Console(stderr=True, soft_wrap=True)
     url = store or default_store_url()
     try:
+        refuse_password(store)
         cfg = LaunchConfig(store=url, host=host, port=port, run=run)
         store = open_store(url)  # a bad URL or an unreachable server fails here, not in the page
         absent = missing_store(store, url)
