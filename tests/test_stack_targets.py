@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from ranksight.agent.stacks import take_stacks
@@ -71,10 +72,21 @@ def test_forged_rows_and_planted_files_are_refused_and_the_real_rank_dumped(scen
     for k, _ in forged:
         assert "ranks table only" in by_rank[k]["error"]
     assert "holds none of rank 7's spool files open" in by_rank[7]["error"]
-    if len(others) > 1:
-        assert f"runs as uid {NOBODY}" in by_rank[8]["error"], by_rank[8]["error"]
     stored = store.query("SELECT rank, pid, ok FROM stacks").to_dict("records")
     assert stored == [{"rank": 0, "pid": rank.pid, "ok": 1}], "refusals are never stored"
+
+
+def test_a_process_of_another_user_is_refused(scene) -> None:
+    spool, store, _, others = scene
+    if len(others) < 2:
+        pytest.skip("needs root to start a process of uid 65534")
+    assert psutil.Process(others[1].pid).uids().real == NOBODY
+    by_rank = {r["rank"]: r for r in take_stacks(store, "run-t", spool_dir=spool)}
+    assert "ranks table only" in by_rank[6]["error"]
+    assert f"pid {others[1].pid} runs as uid {NOBODY}" in by_rank[8]["error"], by_rank[8]
+    assert by_rank[8]["ok"] == 0 and by_rank[8]["stack_json"] == ""
+    got = store.query("SELECT count() AS n FROM stacks WHERE pid = %(p)s", {"p": others[1].pid})
+    assert got["n"].tolist() == [0]
 
 
 def test_the_stacks_command_names_what_it_refused(scene) -> None:
