@@ -44,13 +44,13 @@ from ranksight.trainer_hooks.spool_format import SUFFIX as SPOOL_SUFFIX
 
 from . import heap
 from . import tailer as tailer_mod
-from .buffer import DiskBuffer
+from .buffer import DiskBuffer, disk_full
 from .config import AgentConfig
 from .deliver import deliver
 from .parse import Parsed
 from .security import secure_spool_dir
 from .shipper import BatchUnreadable, ShipperProcess
-from .tailer import OFFSETS, SpoolTailer, state_dir_for
+from .tailer import OFFSETS, SpoolTailer, legacy_state_dir, state_dir_for
 
 log = logging.getLogger("ranksight.agent")
 _MAX_LOGGED = 20  # rejection reasons logged one by one per poll; the rest summed up
@@ -104,7 +104,7 @@ class Agent:
             config = AgentConfig(**{**_fields(config), "interval_s": interval_s})
         self.config, self.store = config, store
         secure_spool_dir(spool_dir)
-        self.state_dir = config.buffer_dir or state_dir_for(spool_dir, store.url)
+        self.state_dir = config.buffer_dir or _adopted_state_dir(spool_dir, store.url)
         os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
         self._lock_file = _exclusive(self.state_dir)
         self.tailer = SpoolTailer(spool_dir, store.url, self.state_dir, fsync=config.fsync)
@@ -118,7 +118,8 @@ class Agent:
         self._recover()
         self.stats = AgentStats()
         self._submitted: queue.SimpleQueue[tuple[str, pa.Table]] = queue.SimpleQueue()
-        self._committed = self.tailer.seq
+        self._committed = self.tailer.durable_seq
+        self._warned: dict[str, bool] = {}
         self._suspect: set[int] = set()
         self._backoff = 0.0
         self._schema_ready = False
@@ -143,7 +144,10 @@ class Agent:
         for seq, offsets in self.buffer.offsets_after(self.tailer.seq):
             self.tailer.apply(offsets)
             self.tailer.seq = seq
-        self.tailer.save()
+        try:
+            self.tailer.save()
+        except OSError as exc:  # a full disk: shipping waits until they are saved
+            log.warning("cannot save the recovered spool offsets: %s", exc)
         for seq, offsets in self.buffer.offsets_after(0):
             for path in offsets:
                 self._last_batch[path] = max(seq, self._last_batch.get(path, 0))
@@ -160,62 +164,137 @@ class Agent:
 
     def read_once(self) -> int:
         """Read the spool and seal what is new (several batches if over ``batch_rows``);
-        returns records accepted."""
+        returns records accepted. A batch that cannot be written (the disk is full and
+        nothing buffered may be dropped) leaves its records in the spool, uncounted, for
+        the next call."""
         if not self.config.keep_spool:
             self.delete_stored_segments()
+        if self.tailer.durable_seq < self.tailer.seq:  # an offsets save failed before
+            self._commit(None)
         total = 0
         while True:
             parsed = self.tailer.read(self.config.batch_rows, self.config.read_bytes)
-            self._note_rejects(parsed)
-            self._add_local_rows(parsed)
+            self._log_quarantined(parsed)
+            from_spool = parsed.count
+            local = self._add_local_rows(parsed)
             if not parsed.count and not self.tailer.pending():
                 return total
-            self._seal(parsed)
-            total += parsed.count
+            if not self._seal(parsed):
+                self._requeue(local)
+                return total
+            self._note_rejects(parsed)
+            self.stats.accepted += from_spool
+            total += from_spool
             if self.tailer.lines_read < self.config.batch_rows:
                 return total
 
-    def _add_local_rows(self, parsed: Parsed) -> None:
-        """Move submitted rows, and a stats row when due, into ``parsed``."""
+    def _add_local_rows(self, parsed: Parsed) -> list[tuple[str, pa.Table]]:
+        """Move submitted rows, and a stats row when due, into ``parsed``; returns them."""
         now = time.monotonic()
         if self.config.stats_interval_s and now - self._last_stats >= self.config.stats_interval_s:
             self._last_stats = now
-            self.submit("agent_stats", pd.DataFrame([self._stats_row()]))
-        local = Parsed()
+            self.submit("agent_stats", pd.DataFrame([self._stats_row(parsed)]))
+        local = []
         while True:
             try:
-                table, rows = self._submitted.get_nowait()
+                local.append(self._submitted.get_nowait())
             except queue.Empty:
                 break
-            local.extend(Parsed({table: rows}))
-        self.stats.accepted += parsed.count
-        parsed.extend(local)
+        for table, rows in local:
+            parsed.extend(Parsed({table: rows}))
+        return local
 
-    def _seal(self, parsed: Parsed) -> None:
-        """Write ``parsed`` as the next batch, commit the offsets, enforce the bound."""
+    def _requeue(self, local: list[tuple[str, pa.Table]]) -> None:
+        """Put back submitted rows whose batch could not be written, the newest
+        ``batch_rows`` of them (older ones are dropped and counted: memory stays bounded
+        while the disk is full)."""
+        kept, rows = [], 0
+        for table, data in reversed(local):
+            rows += data.num_rows
+            if rows > self.config.batch_rows:
+                self._count_dropped({table: data.num_rows}, "the disk buffer is full")
+            else:
+                kept.append((table, data))
+        for item in reversed(kept):
+            self._submitted.put(item)
+
+    def _seal(self, parsed: Parsed) -> bool:
+        """Write ``parsed`` as the next batch, commit the offsets, enforce the bound;
+        False if the batch could not be written (a full disk, nothing to drop)."""
         seq = max(self.tailer.seq, self.buffer.last_seq) + 1
-        for tap in self.taps:
-            tap(parsed.tables)
         if parsed.count:
             pending = self.tailer.pending()
-            self.buffer.seal(seq, parsed.tables, pending)
-            self.tailer.commit(seq)
+            if not self._write_batch(seq, parsed.tables, pending):
+                return False
+            self._commit(seq)
             self._sealed.set()
             for path in pending:
                 self._last_batch[path] = seq
         else:  # only offsets moved (rejected lines, headers)
-            self.tailer.commit()
-        self._committed = self.tailer.seq
+            self._commit(None)
+        for tap in self.taps:
+            tap(parsed.tables)
+        self._committed = self.tailer.durable_seq
         dropped = self.buffer.enforce(seq, self._committed)
+        self._count_dropped(dropped, f"disk buffer over {self.config.buffer_bytes} bytes")
+        return True
+
+    def _write_batch(self, seq: int, tables: dict[str, pa.Table], offsets: dict) -> bool:
+        """Seal batch ``seq``; on a full disk drop the oldest buffered batches (counted)
+        until it fits. False if it does not fit with nothing left to drop (or the policy
+        is ``drop_newest``, which keeps the backlog: the records wait in the spool)."""
+        while True:
+            try:
+                self.buffer.seal(seq, tables, offsets)
+            except OSError as exc:
+                if not disk_full(exc):
+                    raise
+                oldest = self.config.drop_policy == "drop_oldest"
+                dropped = self.buffer.drop_oldest(self._committed) if oldest else {}
+                if not dropped:
+                    self._warn_once(
+                        "full", "disk buffer %s is full (%s) with nothing to drop: the "
+                        "records wait in the spool until there is room",
+                        self.buffer.folder, exc.strerror or exc,
+                    )  # fmt: skip
+                    return False
+                self._count_dropped(dropped, f"disk full ({exc.strerror or exc})")
+                continue
+            if self._warned.pop("full", None):
+                log.warning("disk buffer %s takes batches again", self.buffer.folder)
+            return True
+
+    def _commit(self, seq: int | None) -> None:
+        """Commit the tailer's offsets (with batch ``seq``); a failed save is logged once
+        and retried by the next read (the batches after it wait, buffered)."""
+        try:
+            self.tailer.commit(seq)
+        except OSError as exc:
+            self._warn_once(
+                "offsets", "cannot save the spool offsets (%s): batches after %d stay "
+                "buffered until they are saved", exc, self.tailer.durable_seq,
+            )  # fmt: skip
+        else:
+            self._warned.pop("offsets", None)
+        self._committed = self.tailer.durable_seq
+
+    def _warn_once(self, key: str, message: str, *args) -> None:
+        """Log ``message`` unless warning ``key`` is already in force."""
+        if key not in self._warned:
+            self._warned[key] = True
+            log.warning(message, *args)
+
+    def _count_dropped(self, dropped: dict[str, int], why: str) -> None:
+        """Count and log rows ``dropped`` (per table) and why."""
+        if not dropped:
+            return
         for table, n in dropped.items():
             self.stats.dropped += n
             self.stats.dropped_by_table[table] = self.stats.dropped_by_table.get(table, 0) + n
-        if dropped:
-            log.warning(
-                "disk buffer over %d bytes: dropped %s (%s); %d dropped so far",
-                self.config.buffer_bytes, dict(dropped), self.config.drop_policy,
-                self.stats.dropped,
-            )  # fmt: skip
+        log.warning(
+            "%s: dropped %s (%s); %d dropped so far",
+            why, dict(dropped), self.config.drop_policy, self.stats.dropped,
+        )  # fmt: skip
 
     def delete_stored_segments(self) -> list[str]:
         """Delete the binary spool segments that are sealed (read to their end frame, or
@@ -253,8 +332,8 @@ class Agent:
 
     def _note_rejects(self, parsed: Parsed) -> None:
         """Log each rejection reason (the first few one by one; a run of the same reason,
-        e.g. a damaged frame's records, as one line) and count them; count quarantined
-        input and name each item in the log the first time it is seen."""
+        e.g. a damaged frame's records, as one line) and count them, and the records
+        quarantined (logged by :meth:`_log_quarantined`)."""
         runs: list[list] = []
         for reason in parsed.rejected:
             if runs and runs[-1][0] == reason:
@@ -270,8 +349,12 @@ class Agent:
             more = sum(n for _, n in runs[_MAX_LOGGED:])
             log.warning("rejected %d more records", more)
         self.stats.rejected += len(parsed.rejected)
+        self.stats.quarantined += sum(p.records for p in parsed.quarantined)
+
+    def _log_quarantined(self, parsed: Parsed) -> None:
+        """Name each quarantined item in the log, the first time it is kept (a read
+        whose batch could not be written, or one before a restart, comes again)."""
         for poison in parsed.quarantined:
-            self.stats.quarantined += poison.records
             if poison.new:
                 log.error(
                     "quarantined %d record(s) of %s at byte %d (%s): %s",
@@ -279,18 +362,19 @@ class Agent:
                     poison.kept or "not kept (see above)",
                 )  # fmt: skip
 
-    def _stats_row(self) -> dict:
-        """This agent's counters as an ``agent_stats`` row."""
-        s = self.stats
+    def _stats_row(self, parsed: Parsed | None = None) -> dict:
+        """This agent's counters as an ``agent_stats`` row, with the spool records of
+        ``parsed`` (the batch the row goes in: counted once it is sealed) included."""
+        s, parsed = self.stats, parsed or Parsed()
         rows, size = self.buffer.size
         return {
             "host": socket.gethostname(),
             "ts_ns": time.time_ns(),
             "pid": os.getpid(),
             "started_ns": self._started_ns,
-            "accepted": s.accepted,
-            "rejected": s.rejected,
-            "quarantined": s.quarantined,
+            "accepted": s.accepted + parsed.count,
+            "rejected": s.rejected + len(parsed.rejected),
+            "quarantined": s.quarantined + sum(p.records for p in parsed.quarantined),
             "dropped": s.dropped,
             "shipped": s.shipped,
             "store_errors": s.store_errors,
@@ -324,7 +408,14 @@ class Agent:
             return 0
         verify = attempted or seq in self._suspect
         if not attempted:
-            self.buffer.mark_attempted(seq)
+            try:
+                self.buffer.mark_attempted(seq)
+            except OSError as exc:  # unmarked, a crash mid-insert could store it twice
+                self._warn_once(
+                    "mark", "cannot mark batch %d as sent, not sending it: %s", seq, exc
+                )
+                return 0
+            self._warned.pop("mark", None)
         try:
             with self._schema_lock:
                 if not self._schema_ready:  # the store may have been down at start
@@ -502,6 +593,21 @@ def _other_agents(spool_dir: str, state_dir: str) -> list[dict]:
         except (OSError, ValueError, KeyError):
             found.append({})  # running, offsets unknown: keep every segment
     return found
+
+
+def _adopted_state_dir(spool_dir: str, url: str) -> str:
+    """:func:`~.tailer.state_dir_for` the store ``url`` names; a folder an agent of an
+    earlier version kept for this spelling of it is renamed to it first (its offsets and
+    batches carry on: nothing is read twice after an upgrade)."""
+    folder = state_dir_for(spool_dir, url)
+    legacy = legacy_state_dir(spool_dir, url)
+    if legacy != folder and os.path.isdir(legacy) and not os.path.exists(folder):
+        try:
+            os.rename(legacy, folder)
+            log.info("state folder %s is now %s (one per store, however spelled)", legacy, folder)
+        except OSError as exc:
+            log.warning("cannot adopt the state folder %s: %s", legacy, exc)
+    return folder
 
 
 def _exclusive(state_dir: str):

@@ -13,11 +13,15 @@ checked against the store before it is sent again. A shipped or dropped batch is
 to ``.<seq>.gone`` before it is deleted, so a crash mid-delete cannot leave half a batch.
 
 When the folders pass ``max_bytes``, :meth:`DiskBuffer.enforce` drops by the policy of
-``agent/config.py`` and returns the rows dropped per table.
+``agent/config.py`` and returns the rows dropped per table. When the disk itself is full
+(ENOSPC: other files, or a bound larger than the disk), a seal fails whole and leaves
+nothing behind; the agent then drops the oldest batches (:meth:`DiskBuffer.drop_oldest`)
+until it fits (``agent/agent.py``).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -153,9 +157,22 @@ class DiskBuffer:
         return [(s, self._manifest(s)["offsets"]) for s in self.seqs() if s > seq]
 
     def seal(self, seq: int, tables: dict[str, pa.Table], offsets: dict) -> int:
-        """Write a batch as number ``seq``; returns its size in bytes. Raises OSError."""
+        """Write a batch as number ``seq``; returns its size in bytes. Raises OSError
+        (:func:`disk_full` tells a full disk), leaving nothing behind: a batch folder is
+        whole or absent, and a failed write's temp folder is removed."""
         tmp = self.folder / f".{seq:012d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)  # a write of ``seq`` that failed before
+        with self._lock:
+            if seq not in self._sizes:  # one whose seal raised after its rename
+                shutil.rmtree(self._path(seq), ignore_errors=True)
         tmp.mkdir()
+        try:
+            return self._seal(seq, tables, offsets, tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def _seal(self, seq: int, tables: dict[str, pa.Table], offsets: dict, tmp: Path) -> int:
         raw = sum(t.nbytes for t in tables.values())
         now_ns = time.time_ns()
         with self._lock:
@@ -254,11 +271,36 @@ class DiskBuffer:
             victim = newest if self.policy == "drop_newest" else allowed[0]
             if victim not in allowed:
                 return dropped
-            for name, n in self._manifest(victim)["rows"].items():
+            for name, n in self.drop(victim).items():
                 dropped[name] = dropped.get(name, 0) + n
-            self.remove(victim)
             if self.policy == "drop_newest":
                 return dropped
+
+    def drop_oldest(self, committed: int) -> dict[str, int]:
+        """Delete the oldest batch up to ``committed`` that no shipper holds (to make room
+        on a full disk); returns its rows per table (empty if there is none to drop)."""
+        with self._lock:
+            allowed = [s for s in self._sizes if s <= committed and s not in self.in_flight]
+        return self.drop(min(allowed)) if allowed else {}
+
+    def drop(self, seq: int) -> dict[str, int]:
+        """Delete batch ``seq`` unsent; returns its rows per table."""
+        with self._lock:
+            recent = self._recent.get(seq)
+        try:
+            rows = (recent[1] if recent else self._manifest(seq))["rows"]
+        except (OSError, ValueError):
+            rows = {"?": self._rows.get(seq, 0)}  # a damaged manifest: its count at start
+        self.remove(seq)
+        return rows
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def disk_full(exc: OSError) -> bool:
+    """Whether ``exc`` says the disk (or the user's quota, or the file size limit) is full."""
+    return exc.errno in _FULL or "No space left on device" in str(exc)
 
 
 def read_batch(folder: str | os.PathLike, seq: int) -> SealedBatch:

@@ -11,7 +11,10 @@ DROP_POLICIES = ("drop_oldest", "drop_newest")
 are deleted to make room, so the store gets the most recent records (what a hang or a
 late slowdown is diagnosed from). ``drop_newest``: batches sealed while the buffer is full
 are discarded, so the oldest backlog stays whole. Either way every dropped record is
-counted (``AgentStats.dropped`` per table, the ``agent_stats`` table, the log)."""
+counted (``AgentStats.dropped`` per table, the ``agent_stats`` table, the log). A full
+disk (ENOSPC) is met the same way: ``drop_oldest`` deletes the oldest batches until the new
+one fits; ``drop_newest`` keeps the backlog, and new records wait in the spool (whose
+writers drop and count once their own budget is spent) until there is room."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -30,7 +33,8 @@ class AgentConfig:
     read_bytes: int = 256 << 20
     """Most spool bytes read in one poll."""
     buffer_dir: str | None = None
-    """Disk buffer and offsets folder; default ``<spool>/.agent-<hash of the store URL>``."""
+    """Disk buffer and offsets folder; default ``<spool>/.agent-<hash of the store>``, the
+    store as ``store.url.canonical_target`` spells it (one folder however it is written)."""
     buffer_bytes: int = 1 << 30
     """Bound on the disk buffer's size, bytes (compressed Arrow batches, about 40-60 bytes
     a record). It may be passed by one batch while that batch is written."""

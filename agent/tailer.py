@@ -26,6 +26,7 @@ owned by the agent's user are skipped (see ``agent/security.py``).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import json
@@ -48,7 +49,26 @@ MAX_LINE = 8 << 20
 
 
 def state_dir_for(spool_dir: str, key: str) -> str:
-    """The agent's folder for destination ``key`` (a store URL): ``<spool>/.agent-<hash>``."""
+    """The agent's folder for destination ``key`` (a store URL): ``<spool>/.agent-<hash>``
+    of the place it names (``store.url.canonical_target``), so that every spelling of one
+    store shares one set of offsets and delivered batches."""
+    return legacy_state_dir(spool_dir, target_of(key))
+
+
+def target_of(key: str) -> str:
+    """``canonical_target(key)`` (``key`` itself if empty or not a store URL)."""
+    from ranksight.store import StoreError
+    from ranksight.store.url import canonical_target
+
+    try:
+        return canonical_target(key) if key else key
+    except StoreError:
+        return key
+
+
+def legacy_state_dir(spool_dir: str, key: str) -> str:
+    """``<spool>/.agent-<hash of key as spelled>``: the folder of agents that keyed their
+    state by the URL's text (before :func:`state_dir_for` canonicalized it)."""
     return os.path.join(spool_dir, f".agent-{hashlib.sha1(key.encode()).hexdigest()[:10]}")
 
 
@@ -77,7 +97,7 @@ class SpoolTailer:
 
     spool_dir: str
     key: str = ""
-    """The destination these offsets are for (the store URL)."""
+    """The destination these offsets are for (the store URL, any spelling)."""
     state_dir: str | None = None
     """Where ``offsets.json`` lives; default :func:`state_dir_for`."""
     fsync: bool = False
@@ -85,6 +105,10 @@ class SpoolTailer:
     files: dict[str, FileState] = field(default_factory=dict)
     seq: int = 0
     """Sequence number of the last sealed batch the committed offsets include."""
+    durable_seq: int = 0
+    """The same, as far as ``offsets.json`` on disk has it (behind :attr:`seq` while the
+    file cannot be written: batches past it must stay buffered, their manifests being
+    the only durable record of their offsets)."""
     lines_read: int = 0
     """Lines the last :meth:`read` consumed (records, headers and rejected lines)."""
     quarantine: Quarantine | None = None
@@ -101,7 +125,7 @@ class SpoolTailer:
         try:
             with open(os.path.join(self.state_dir, OFFSETS)) as f:
                 saved = json.load(f)
-            self.seq = int(saved["seq"])
+            self.seq = self.durable_seq = int(saved["seq"])
             self.apply(saved["files"])
         except FileNotFoundError:
             pass
@@ -245,7 +269,10 @@ class SpoolTailer:
         return {p: _state_json(s) for p, s in self._pending.items()}
 
     def commit(self, seq: int | None = None) -> None:
-        """Make the offsets of the last :meth:`read` durable (with batch ``seq``)."""
+        """Take the offsets of the last :meth:`read` (with batch ``seq``, which holds
+        them in its manifest) and make them durable (:meth:`save`). Raises OSError if the
+        offsets file cannot be written: they are taken all the same (the next save
+        writes them), :attr:`durable_seq` says how far the file got."""
         self.files.update(self._pending)
         self._pending = {}
         if seq is not None:
@@ -253,16 +280,24 @@ class SpoolTailer:
         self.save()
 
     def save(self) -> None:
-        """Write ``offsets.json`` (temp file, optional fsync, rename)."""
+        """Write ``offsets.json`` (temp file, optional fsync, rename), then set
+        :attr:`durable_seq`. Raises OSError (e.g. a full disk), leaving no temp file."""
         path = os.path.join(self.state_dir, OFFSETS)
         tmp = path + ".tmp"
         files = {p: _state_json(s) for p, s in self.files.items()}
-        with open(tmp, "w") as f:
-            json.dump({"seq": self.seq, "files": files}, f)
-            if self.fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+        seq = self.seq
+        try:
+            with open(tmp, "w") as f:
+                json.dump({"seq": seq, "files": files}, f)
+                if self.fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self.durable_seq = seq
 
 
 def _cut(chunk: bytes, max_lines: int) -> int:

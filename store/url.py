@@ -28,6 +28,7 @@ Compression of a server's traffic: lz4, or ``$RANKSIGHT_CH_COMPRESSION`` (``lz4`
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -212,3 +213,38 @@ def missing_store(store: Store, url: str | None) -> str:
         f"no store at {folder} (--store {redact(url or default_store_url())!r}): check the "
         "path, or record a run there first (e.g. 'ranksight demo --store ...')"
     )
+
+
+def canonical_target(url: str | None) -> str:
+    """One spelling of the place store URL ``url`` names (None: the default store), for
+    whatever is kept per store (the node agent's offsets and delivered batches): a chdb
+    folder as ``chdb://`` and its real path (``chdb:///abs``, ``/abs`` and ``/abs/`` are
+    one); a server as ``scheme://host:port/database``, the port filled in, the host in
+    lower case with ``localhost``, ``127.0.0.1`` and ``::1`` as ``localhost``, without user
+    or password (they name who writes, not where). Names are not looked up in DNS: a
+    record that changes must not make a store another. Raises StoreError for a folder
+    URL without a folder, or a bad port."""
+    url = url or default_store_url()
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme in _SERVER_SCHEMES:
+        parts = urlsplit(split_password(url)[0])
+        try:
+            port = parts.port or _SERVER_SCHEMES[scheme]
+        except ValueError:
+            raise StoreError(f"{redact(url)}: bad port (want a number 1-65535)") from None
+        return f"{scheme}://{_canonical_host(parts.hostname or '')}:{port}/{parts.path.strip('/')}"
+    folder = _folder_of(url, scheme) if scheme in _FOLDER_SCHEMES else url
+    return "chdb://" + os.path.realpath(os.path.expanduser(folder))
+
+
+def _canonical_host(host: str) -> str:
+    """``host`` lower case, an IP address in its short form, loopback as ``localhost``."""
+    host = host.lower().rstrip(".")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    return "localhost" if address in _LOOPBACK else address.compressed
+
+
+_LOOPBACK = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
