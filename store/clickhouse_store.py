@@ -284,18 +284,32 @@ class ClickHouseStore(Store):
         not a graceful close: when the client gives up on an insert, data the server has
         not received yet is dropped instead of being delivered later, so the insert can
         no longer start after the agent has checked that it is not stored."""
-        connection = self._client.connection
-        if not connection.connected:
-            connection.connect()
+        connection = self._connected()
         if connection.socket is not None:
             connection.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
 
     def _timezone(self) -> str:
         """The server's time zone (connects if needed)."""
+        return self._connected().server_info.get_timezone()
+
+    def _connected(self):
+        """The data connection, connected and past its handshake. One whose connect
+        failed (e.g. the database did not exist yet: the driver leaves it marked connected
+        with no server info) is dropped and made again, so a store made before its
+        database works once the database exists. Raises the driver's errors."""
         connection = self._client.connection
-        if not connection.connected:
+        if connection.connected and connection.server_info is not None:
+            return connection
+        connection.disconnect()
+        try:
             connection.connect()
-        return connection.server_info.get_timezone()
+        except BaseException:
+            connection.disconnect()
+            raise
+        if connection.server_info is None:  # never expected: say so, keep nothing
+            connection.disconnect()
+            raise errors.Error(f"no handshake from the server for database {self.database}")
+        return connection
 
     def query(self, sql: str, params: dict | None = None) -> pd.DataFrame:
         """Run a SELECT; see :class:`Store`. Raises StoreError with the server's message."""
