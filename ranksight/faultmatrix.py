@@ -25,6 +25,8 @@ data_stall      straggler             data_loader     the rank
 cpu_contention  straggler             cpu_contention  the rank
 gc_storm        straggler             gc              the rank
 nan             nan                   any             the rank
+gc_pauses       transient_straggler   gc              no single rank (-1): each pause is on
+                                                      another rank
 none            (no finding)
 ==============  ====================  ==============  =====================================
 
@@ -57,6 +59,7 @@ EXPECTED: dict[str, tuple[str, str | None]] = {
     "cpu_contention": ("straggler", "cpu_contention"),
     "gc_storm": ("straggler", "gc"),
     "nan": ("nan", None),
+    "gc_pauses": ("transient_straggler", "gc"),
 }
 """Fault kind -> (finding kind, cause or None for any)."""
 
@@ -89,6 +92,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("cpu_contention", "cpu_contention:rank=4,procs=3,from_step=4"),
     Scenario("gc_storm", "gc_storm:rank=2,from_step=4"),
     Scenario("nan", "nan:rank=7,from_step=6"),
+    Scenario("gc_pauses", "gc_pauses:delay_ms=2500,every=3,from_step=4"),
 )
 """Every scenario, clean runs first."""
 
@@ -150,7 +154,13 @@ def expectation(faults: Sequence[Mapping[str, Any]], shape: Mapping[str, int]) -
     if fault["kind"] not in EXPECTED:
         raise ValueError(f"no expected finding for fault kind {fault['kind']!r}")
     kind, cause = EXPECTED[fault["kind"]]
-    ranks = _link_culprits(fault, shape) if fault["kind"] == "slow_link" else [fault["rank"]]
+    ranks = (
+        _link_culprits(fault, shape)
+        if fault["kind"] == "slow_link"
+        else [-1]
+        if fault.get("rank") is None  # a fault on every rank in turn names none
+        else [fault["rank"]]
+    )
     group = ",".join(map(str, sorted(ranks))) if fault["kind"] == "slow_link" else ""
     return Expectation(
         kind, cause, frozenset(int(r) for r in ranks), int(fault["from_step"]), group

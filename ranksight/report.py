@@ -176,7 +176,7 @@ def now_and_without(f: Finding) -> str:
     )
 
 
-TEXT_HIDDEN = ("groups", "positions", "pairs", "hang", "frames")
+TEXT_HIDDEN = ("groups", "positions", "pairs", "hang", "frames", "per_step", "steps_by_rank")
 """Evidence keys the text report leaves to ``--format json`` (per-rank detail)."""
 
 

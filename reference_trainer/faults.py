@@ -25,6 +25,10 @@ cpu_contention  rank*, procs, from_step                 ``procs`` busy processes
                                                         pinned core (default 2)
 gc_storm        rank*, from_step, until_step            allocation churn and ``gc.collect()`` per
                                                         microbatch on ``rank``
+gc_pauses       delay_ms*, every, from_step,            every ``every`` steps (default 3) one
+                until_step                              garbage collection of ``delay_ms`` on a
+                                                        different rank in turn (0, 3, 6, ... mod
+                                                        the world size): slowness that moves
 nan             rank*, from_step                        the pipeline stage output of ``rank`` turns
                                                         NaN (the loss of its replica is NaN)
 none            --                                      nothing (a clean run)
@@ -100,6 +104,11 @@ FAULT_KINDS: dict[str, FaultKind] = {
         optional=("from_step", "until_step"),
         summary="allocation churn and gc.collect() in every microbatch forward/backward on `rank`",
     ),
+    "gc_pauses": FaultKind(
+        required=("delay_ms",),
+        optional=("every", "from_step", "until_step"),
+        summary="every `every` steps a garbage collection of `delay_ms` on another rank in turn",
+    ),
     "nan": FaultKind(
         required=("rank",),
         optional=("from_step",),
@@ -123,8 +132,9 @@ _KEY_TYPES: dict[str, type] = {
     "group": str,
     "mode": str,
     "procs": int,
+    "every": int,
 }
-_PARAMS = ("factor", "delay_ms", "group", "mode", "procs")
+_PARAMS = ("factor", "delay_ms", "group", "mode", "procs", "every")
 """Keys beyond rank and steps; ground truth records the ones a spec sets."""
 
 
@@ -150,6 +160,8 @@ class FaultSpec:
     """``desync``: one of :data:`DESYNC_MODES`."""
     procs: int | None = None
     """``cpu_contention``: busy processes sharing the rank's core (2 when not given)."""
+    every: int | None = None
+    """``gc_pauses``: steps between two pauses (3 when not given)."""
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -179,6 +191,8 @@ class FaultSpec:
             raise ValueError(
                 f"fault {self.kind}: mode must be one of {DESYNC_MODES}, got {self.mode!r}"
             )
+        if self.every is not None and not 1 <= self.every <= 1000:
+            raise ValueError(f"fault {self.kind}: every must be in [1, 1000], got {self.every}")
         if self.procs is not None and not 1 <= self.procs <= 64:
             raise ValueError(f"fault {self.kind}: procs must be in [1, 64], got {self.procs}")
 
@@ -199,6 +213,16 @@ class FaultSpec:
         parts = [f"{key}={getattr(self, key)}" for key in kind.required + kind.optional]
         parts = [p for p in parts if not p.endswith("=None")]
         return f"{self.kind}:{','.join(parts)}" if parts else self.kind
+
+    def paused_rank(self, step: int, world_size: int) -> int | None:
+        """``gc_pauses``: the rank whose turn it is at ``step`` (every ``every`` steps from
+        ``from_step``, ranks 0, 3, 6, ... modulo ``world_size``: a different pipeline
+        stage and replica each time), else None."""
+        every = self.every or 3
+        if not self.active_at(step) or (step - self.from_step) % every:
+            return None
+        turn = (step - self.from_step) // every
+        return (3 * turn + turn // max(1, world_size)) % world_size
 
     def active_at(self, step: int) -> bool:
         """Whether the fault is on at ``step`` (0-based)."""

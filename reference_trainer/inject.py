@@ -164,7 +164,57 @@ class GcStorm:
         return stormy
 
 
-StageInjector = SlowCompute | Crash | GcStorm
+@dataclass(slots=True)
+class GcPauses:
+    """On this rank's turns (``FaultSpec.paused_rank``), one garbage collection in its
+    first compute call of the step that lasts ``delay_ms``: the collection is real
+    (``gc.collect()``), and a ``gc.callbacks`` entry added after every other holds it in its
+    start phase for the rest of the time, so whatever times GC pauses (the hooks'
+    ``gc.callbacks`` recorder) sees one pause of that length, as a large heap's would be."""
+
+    spec: FaultSpec
+    """The ``gc_pauses`` spec (it names no rank: every rank takes turns)."""
+    clock: StepClock
+    """Shared with the training loop."""
+    rank: int
+    """This rank."""
+    world_size: int
+    """Ranks taking turns."""
+    injected_s: float = 0.0
+    """Total seconds of injected pauses on this rank."""
+    _last: int = -1
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` preceded, on this rank's turn, by one long garbage collection."""
+
+        @functools.wraps(fn)
+        def paused(*args: Any, **kwargs: Any) -> Any:
+            step = self.clock.step
+            if step != self._last and self.spec.paused_rank(step, self.world_size) == self.rank:
+                self._last = step
+                self._pause(step)
+            return fn(*args, **kwargs)
+
+        return paused
+
+    def _pause(self, step: int) -> None:
+        seconds = (self.spec.delay_ms or 0.0) / 1e3
+        start = time.perf_counter()
+
+        def hold(phase: str, info: dict) -> None:
+            if phase == "start":
+                time.sleep(max(0.0, seconds - (time.perf_counter() - start)))
+
+        announce(self.spec, step, f"gc pause {seconds:.2f} s on rank {self.rank}")
+        gc.callbacks.append(hold)
+        try:
+            gc.collect()
+        finally:
+            gc.callbacks.remove(hold)
+        self.injected_s += time.perf_counter() - start
+
+
+StageInjector = SlowCompute | Crash | GcStorm | GcPauses
 STAGE_KINDS = {"slow": SlowCompute, "crash": Crash, "gc_storm": GcStorm}
 """Fault kinds injected by wrapping the stage's compute methods."""
 
@@ -173,7 +223,7 @@ def install_faults(
     stage: Any, specs: Iterable[FaultSpec], *, rank: int, clock: StepClock, device: torch.device
 ) -> list[StageInjector]:
     """Wrap ``stage``'s compute methods with every ``slow``, ``crash`` and ``gc_storm``
-    fault in ``specs`` that targets ``rank`` (other kinds are installed by
+    fault in ``specs`` that targets ``rank``, and every ``gc_pauses`` (other kinds are installed by
     :class:`~ranksight.reference_trainer.fault_runtime.FaultRuntime`).
 
     Call before ``hooks.instrument_pipeline_stage(stage)``. Returns the installed injectors
@@ -181,9 +231,13 @@ def install_faults(
     """
     injectors: list[StageInjector] = []
     for spec in specs:
-        if spec.rank != rank or spec.kind not in STAGE_KINDS:
+        if spec.kind == "gc_pauses":  # every rank takes turns
+            dist = torch.distributed
+            world = dist.get_world_size() if dist.is_initialized() else 1
+            injector: StageInjector = GcPauses(spec=spec, clock=clock, rank=rank, world_size=world)
+        elif spec.rank != rank or spec.kind not in STAGE_KINDS:
             continue
-        if spec.kind == "slow":
+        elif spec.kind == "slow":
             injector = SlowCompute(spec=spec, clock=clock, device=device)
         else:
             injector = STAGE_KINDS[spec.kind](spec=spec, clock=clock)

@@ -34,6 +34,7 @@ SHAPE = {"dp": 2, "tp": 2, "pp": 2}
         "cpu_contention:rank=4,procs=3,from_step=4",
         "gc_storm:rank=2,from_step=4",
         "nan:rank=7,from_step=6",
+        "gc_pauses:delay_ms=2500.0,every=3,from_step=4",
     ],
 )
 def test_every_kind_parses_and_round_trips(text):
@@ -54,6 +55,8 @@ def test_every_kind_parses_and_round_trips(text):
         ("hang:rank=1,delay_ms=3", "hang does not take delay_ms"),
         ("nan:from_step=2", "missing rank"),
         ("data_stall:rank=1,delay_ms=10,factor=2", "data_stall does not take factor"),
+        ("gc_pauses:delay_ms=10,every=0", "every must be in"),
+        ("gc_pauses:rank=1,delay_ms=10", "gc_pauses does not take rank"),
     ],
 )
 def test_bad_specs_name_the_spec_and_the_problem(text, problem):
@@ -119,6 +122,40 @@ def test_gc_storm_collects_inside_the_compute_call():
     finally:
         gc.callbacks.remove(count)
     assert max(seen) >= 100_000 and storm.injected_s > 0  # the cycle, collected
+
+
+def test_gc_pauses_take_turns_and_are_one_pause_each_as_gc_callbacks_time_them():
+    import time
+
+    spec = parse_fault("gc_pauses:delay_ms=300,every=3,from_step=4")
+    turns = {s: spec.paused_rank(s, 8) for s in range(30) if spec.paused_rank(s, 8) is not None}
+    assert list(turns) == [4, 7, 10, 13, 16, 19, 22, 25, 28]
+    assert list(turns.values())[:8] == [0, 3, 6, 1, 4, 7, 2, 5]  # every rank once in 8 turns
+    from ranksight.reference_trainer.inject import GcPauses
+
+    clock = StepClock(step=0)
+    pauses = GcPauses(spec=spec, clock=clock, rank=3, world_size=8)  # as install_faults makes it
+    call = pauses.wrap(lambda: None)
+    spans, t0 = [], {}
+
+    def timer(phase, info):  # how the hooks time GC pauses (trainer_hooks/gc_pauses.py)
+        if phase == "start":
+            t0["t"] = time.perf_counter()
+        else:
+            spans.append(time.perf_counter() - t0["t"])
+
+    long_pauses = []
+    gc.callbacks.insert(0, timer)
+    try:
+        for step in (4, 7, 7, 10):  # rank 3's turn is step 7, its first call only
+            clock.step = step
+            spans.clear()
+            call()
+            long_pauses.append(len([d for d in spans if d > 0.25]))
+    finally:
+        gc.callbacks.remove(timer)
+    assert long_pauses == [0, 1, 0, 0]
+    assert pauses.injected_s >= 0.3  # at least the pause asked for, on its one turn
 
 
 def test_data_stall_sleeps_only_when_active():
