@@ -124,7 +124,8 @@ def test_zero_code_job_is_recorded_and_finished(tmp_path):
         )
     # 4 optimizer steps close steps 0..3 (a 5th, open when the job ends, is not recorded)
     assert steps["n"].tolist() == [4, 4], steps
-    assert int(coll["n"].iloc[0]) == 2 * 4 * 4  # 2 ranks x 4 steps x 4 parameters
+    # 2 ranks x 4 steps x (4 parameters the script all-reduces + DDP's 1 gradient bucket)
+    assert int(coll["n"].iloc[0]) == 2 * 4 * (4 + 1)
     # phases found from outside: DataLoader next(), the forward before each backward,
     # autograd backward, the optimizer step; one of each per rank and step
     phases = phases[phases["phase"] != "gc"]  # Python GC pauses, when they happen

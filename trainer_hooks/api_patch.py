@@ -3,11 +3,11 @@ any other op.
 
 ``torch.distributed``'s collective and P2P functions (used by user code, FSDP2,
 ``replicate``, pipelining's ``batch_isend_irecv``/``isend``/``irecv``, DDP through
-:func:`instrument_ddp`'s comm hook) and the functional collectives DTensor calls
+its comm hook, ``ddp.py``) and the functional collectives DTensor calls
 (``torch.distributed._functional_collectives``) are replaced, in both the public and the
 defining module, by wrappers that record the op and call the original. Unlike the
 dispatch mode (``detailed``), nothing runs for non-collective ops. Not seen at this level:
-collectives issued from C++ only (DDP's reducer without :func:`instrument_ddp`, the
+collectives issued from C++ only (DDP's reducer without ``ddp.instrument_ddp``, the
 backward of ``*_autograd`` functional collectives).
 """
 
@@ -24,6 +24,7 @@ from torch.distributed import _functional_collectives as funcol
 from torch.distributed import distributed_c10d as c10d
 
 from .collective_log import CollectiveLog, sizes_of
+from .ddp import instrument_ddp  # noqa: F401 - re-exported: hooks.py imports it here
 
 # name -> (op, input param, output param, direction, peer param, group-local peer param)
 _C10D: dict[str, tuple[str, str, str, str, str, str]] = {
@@ -217,51 +218,3 @@ def patch_api(log: CollectiveLog) -> Callable[[], None]:
             setattr(module, name, original)
 
     return undo
-
-
-def instrument_ddp(model: Any, log: CollectiveLog | None = None) -> None:
-    """Route a DDP model's gradient all_reduce through ``dist.all_reduce`` (the stock
-    ``allreduce_hook`` as a comm hook) so the default level sees every bucket. Raises
-    TypeError if ``model`` is not DistributedDataParallel.
-
-    With ``log``, the time the training thread blocks at the end of backward for the
-    buckets (DDP's reducer waits for them in C++, where no Python wait is seen) is added
-    to the blocked clock, so the backward phase's ``wait_ns`` holds it: from the last
-    bucket's hook (the rank's backward compute is done) to the end of DDP's own
-    end-of-backward callback, measured by a callback queued behind it."""
-    import torch
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.nn.parallel import DistributedDataParallel
-
-    if not isinstance(model, DistributedDataParallel):
-        raise TypeError(
-            f"instrument_ddp needs a DistributedDataParallel, got {type(model).__name__}"
-        )
-    if log is None:
-        model.register_comm_hook(None, default_hooks.allreduce_hook)
-        return
-    state = {"last": 0, "queued": False}
-    engine = torch.autograd.Variable._execution_engine
-
-    def finished() -> None:  # after DDP's own end-of-backward wait for every bucket
-        state["queued"] = False
-        if state["last"]:
-            log.clock.total_ns += max(0, time.time_ns() - state["last"])
-
-    def then_finished() -> None:
-        # DDP queues its end-of-backward callback when the last bucket is ready (after
-        # this one was queued): a callback queued now runs after it
-        engine.queue_callback(finished)
-
-    def allreduce_hook(process_group, bucket):  # noqa: ANN001, ANN202 - DDP checks annotations
-        fut = default_hooks.allreduce_hook(process_group, bucket)
-        try:
-            state["last"] = time.time_ns()
-            if not state["queued"]:
-                engine.queue_callback(then_finished)
-                state["queued"] = True
-        except Exception as e:  # never break the backward pass
-            log.note_error(e)
-        return fut
-
-    model.register_comm_hook(None, allreduce_hook)

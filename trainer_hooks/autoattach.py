@@ -5,29 +5,23 @@
     RANKSIGHT_AUTO_ATTACH=1
     PYTHONPATH=<this package>/autoload:$PYTHONPATH     # its sitecustomize.py calls install()
 
-In each torchrun worker (``RANK`` is set) :func:`install` waits for
+In every Python process of the job (a torchrun worker, each process PyTorch Lightning's
+own launcher starts, which sets ``LOCAL_RANK``/``WORLD_SIZE`` but no ``RANK``, a
+``torch.multiprocessing`` child) :func:`install` waits for
 ``torch.distributed.distributed_c10d`` to be imported (an import hook: nothing is imported
 early, and processes that never use torch.distributed pay nothing), wraps its
-``init_process_group`` (which ``init_device_mesh`` calls too), and right after the process
-group exists calls :func:`ranksight.trainer_hooks.attach`. From then on every collective
-and P2P op is recorded as with the two lines (same levels, same spool, same exit records).
-
-Steps without code: a training step ends when the script's optimizer finishes
-``step()`` (torch's global optimizer step hooks; the first optimizer that steps is the
-clock, so a second optimizer does not double-count). Step 0 starts when the process group
-is made, so it includes set-up. Phases without code, from three calls every PyTorch
-training loop makes:
-
-- ``data_wait``: each ``next()`` on a ``DataLoader`` iterator;
-- ``backward``: each outermost ``torch.autograd.backward`` call (``loss.backward()``,
-  pipelining's stage backward);
-- ``forward``: from the end of the last of these boundaries (the step's start, a batch's
-  arrival, a backward's end) to the next backward's start: the forward pass and whatever
-  else the loop does before it (moving the batch, zeroing gradients);
-- ``optimizer``: the clock optimizer's ``step()``.
-
-On a GPU these are host times, like the hooks' own phases. The script's own
-``hooks.phase`` context managers give exact phases where these do not fit.
+``init_process_group`` (which ``init_device_mesh``, Lightning, accelerate and torchtitan
+call), and right after the process group exists calls
+:func:`ranksight.trainer_hooks.attach`: the rank and world size are the process group's.
+From then on every collective and P2P op is recorded as with the two lines (same levels,
+same spool, same exit records), and the framework integrations of ``integrations.py``
+are installed (every ``DistributedDataParallel`` built is instrumented, composing with
+the script's own comm hook). Steps and phases come from ``step_clock.py`` (the optimizer
+step hooks, ``DataLoader`` iteration, ``torch.autograd.backward``); the script's own
+``hooks.phase`` context managers give exact phases where these do not fit. The default
+group's ``destroy_process_group`` (Lightning's and accelerate's end of training calls it
+too) closes the hooks: the rank ends ``finished``, as with ``hooks.close()``; called while
+an exception propagates, it leaves the ending to the exit records.
 
 Mesh: ``RANKSIGHT_MESH="dp=2,pp=2,tp=2"`` gives the mesh shape; each rank's coordinates
 follow ``ranksight.reference_trainer.layout`` (TP innermost, then PP, then DP, as
@@ -51,6 +45,9 @@ from typing import Any
 
 from ranksight import env
 from ranksight.words import counted
+
+from .integrations import install_integrations
+from .step_clock import StepClock
 
 TARGET = "torch.distributed.distributed_c10d"
 """The module whose ``init_process_group`` is wrapped."""
@@ -93,75 +90,9 @@ def mesh_of(rank: int, world_size: int, text: str | None) -> tuple[dict[str, int
     return coords_of(rank, shape), shape
 
 
-class _StepClock:
-    """Steps and phases from outside the script (see the module doc): the optimizer step
-    hooks end steps; :meth:`data_wait` and :meth:`backward` wrap the DataLoader's
-    ``next()`` and ``torch.autograd.backward``; the forward phase is what lies between."""
-
-    def __init__(self, hooks: Any) -> None:
-        self.hooks, self.step, self.clock_id = hooks, 0, None
-        self._open = hooks.step(0)
-        self._open.__enter__()
-        self._phase = None
-        self._in_backward = False
-        self._mark()
-
-    def _mark(self) -> None:
-        """A phase boundary now: the next forward starts here."""
-        self._since, self._blocked = time.time_ns(), self.hooks.blocked_ns
-
-    def data_wait(self, next_batch: Any) -> Any:
-        """Call ``next_batch()`` as the ``data_wait`` phase."""
-        if self._open is None:
-            return next_batch()
-        with self.hooks.phase("data_wait"):
-            try:
-                return next_batch()
-            finally:
-                self._mark()
-
-    def backward(self, run: Any) -> Any:
-        """Call ``run()`` (a backward pass) as the ``backward`` phase, after recording the
-        forward phase that led to it. Nested backward calls are part of the outer one."""
-        if self._open is None or self._in_backward:
-            return run()
-        try:
-            now = time.time_ns()
-            if now > self._since:
-                self.hooks.record_phase("forward", self._since, now,
-                                        self.hooks.blocked_ns - self._blocked)  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - never break the training step
-            warnings.warn(f"ranksight auto-attach: forward phase failed: {exc}", stacklevel=3)
-        self._in_backward = True
-        try:
-            with self.hooks.phase("backward"):
-                return run()
-        finally:
-            self._in_backward = False
-            self._mark()
-
-    def pre(self, optimizer: Any, *_: Any) -> None:
-        if self.clock_id is None:
-            self.clock_id = id(optimizer)
-        if id(optimizer) == self.clock_id and self._open is not None:
-            self._phase = self.hooks.phase("optimizer")
-            self._phase.__enter__()
-
-    def post(self, optimizer: Any, *_: Any) -> None:
-        if id(optimizer) != self.clock_id or self._open is None:
-            return
-        if self._phase is not None:
-            self._phase.__exit__(None, None, None)
-            self._phase = None
-        self._open.__exit__(None, None, None)
-        self.step += 1
-        self._open = self.hooks.step(self.step)
-        self._open.__enter__()
-        self._mark()
-
-
 def _attach_now() -> None:
-    """After ``init_process_group``: attach the hooks and start the step clock."""
+    """After ``init_process_group``: attach the hooks, start the step clock, install the
+    framework integrations."""
     if _state["hooks"] is not None:
         return
     import torch.distributed as dist
@@ -179,7 +110,7 @@ def _attach_now() -> None:
     _state["hooks"] = hooks
     if not getattr(hooks, "run_id", ""):
         return  # level off, or attach declined
-    clock = _StepClock(hooks)
+    clock = StepClock(hooks)
     register_optimizer_step_pre_hook(_guarded(clock.pre))
     register_optimizer_step_post_hook(_guarded(clock.post))
     _state["clock"] = clock
@@ -189,9 +120,10 @@ def _attach_now() -> None:
         warnings.warn(
             f"ranksight auto-attach: no data/forward/backward phases: {exc}", stacklevel=2
         )
+    install_integrations(hooks)
 
 
-def _wrap_phases(clock: _StepClock) -> None:
+def _wrap_phases(clock: StepClock) -> None:
     """Route ``DataLoader`` iteration and ``torch.autograd.backward`` through ``clock``."""
     import torch.autograd
     from torch.utils.data import dataloader
@@ -218,20 +150,42 @@ def _wrap_phases(clock: _StepClock) -> None:
 
 
 def _guarded(fn):
-    def call(*args: Any) -> None:
+    def call(*args: Any) -> Any:
         try:
-            fn(*args)
+            return fn(*args)
         except Exception as exc:  # never break the training step
             warnings.warn(f"ranksight auto-attach: step clock failed: {exc}", stacklevel=2)
+            return None
 
     return call
 
 
+def _close_on_destroy(group: Any = None) -> None:
+    """Before the default group's ``destroy_process_group``: close the hooks (the rank
+    finished), unless an exception is propagating (its exit records tell)."""
+    hooks = _state["hooks"]
+    if hooks is None or group not in (None, _world_group()) or sys.exc_info()[0] is not None:
+        return
+    clock = _state.pop("clock", None)
+    if clock is not None:
+        clock.stop()
+    if getattr(hooks, "run_id", ""):
+        hooks.close()
+
+
+def _world_group() -> Any:
+    from torch.distributed import distributed_c10d as c10d
+
+    return c10d.GroupMember.WORLD
+
+
 def _wrap(module: Any) -> None:
-    """Replace ``module.init_process_group`` by a wrapper that attaches after it."""
+    """Replace ``module.init_process_group`` by a wrapper that attaches after it, and
+    ``module.destroy_process_group`` by one that closes the hooks before it."""
     original = module.init_process_group
     if getattr(original, "_ranksight_wrapped", False):
         return
+    _wrap_destroy(module)
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         out = original(*args, **kwargs)
@@ -245,6 +199,21 @@ def _wrap(module: Any) -> None:
     init_process_group.__doc__ = original.__doc__
     init_process_group._ranksight_wrapped = True
     module.init_process_group = init_process_group
+
+
+def _wrap_destroy(module: Any) -> None:
+    original = module.destroy_process_group
+
+    def destroy_process_group(group: Any = None, *args: Any, **kwargs: Any) -> Any:
+        try:
+            _close_on_destroy(group)
+        except Exception as exc:  # noqa: BLE001 - the group is destroyed regardless
+            warnings.warn(f"ranksight auto-attach: close failed: {exc}", stacklevel=2)
+        return original(group, *args, **kwargs)
+
+    destroy_process_group.__wrapped__ = original
+    destroy_process_group.__doc__ = original.__doc__
+    module.destroy_process_group = destroy_process_group
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -279,12 +248,12 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def install() -> bool:
-    """In a torchrun worker with ``RANKSIGHT_AUTO_ATTACH=1`` and a level other than
-    ``off``: arrange for the hooks to attach after ``init_process_group``. Returns whether
-    it did. Safe to call twice."""
+    """With ``RANKSIGHT_AUTO_ATTACH=1`` and a level other than ``off``: arrange for the
+    hooks to attach after ``init_process_group`` (in whichever process calls it: no
+    ``RANK`` is needed, see the module doc). Returns whether it did. Safe to call twice."""
     if _state["installed"]:
         return True
-    if os.environ.get(env.AUTO_ATTACH) != "1" or os.environ.get("RANK") is None:
+    if os.environ.get(env.AUTO_ATTACH) != "1":
         return False
     if os.environ.get(env.LEVEL, "default") == "off":
         return False
