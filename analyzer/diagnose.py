@@ -16,6 +16,7 @@ from .groups import group_axes, group_names
 from .hang import find_hang
 from .hang_finding import hang_finding
 from .imbalance import imbalance_findings
+from .impact import can_measure, checked_impacts
 from .imported import is_imported, postmortem, replay_impacts
 from .log_evidence import log_findings
 from .more_findings import desync_findings, nan_findings, slow_comm_findings
@@ -146,20 +147,26 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
     wanted = sorted({r for s in culprits for r in (s.rank, *peers[s.rank])})
     detail = data.phases_of(wanted) if wanted else data.phases.iloc[0:0]
     findings = [_finding(s, data, coords, st, waits, detail, peers[s.rank]) for s in culprits]
+    steps_in = [int(x) for x in analyzed.index]
+    wall_in = wall_step_times(data.steps).reindex(analyzed.index).dropna()
+    measured = [f for f in findings if can_measure(f, wall_in)]  # before/after beats a replay
+    findings = [f for f in findings if f not in measured]
     if imported:
         findings, more = replay_impacts(findings, data, coords)
         notes += more
     else:
         findings, more = straggler_impacts(findings, data, coords, peers)
         notes += more
+    findings = measured + findings
     med_ms = float(analyzed.median()) / _MS if not analyzed.empty else 0.0
-    steps_in = [int(x) for x in analyzed.index]
     comm = slow_comm_findings(data.transfer, data.groups, axes, coords, med_ms, steps_in)
     findings += [_with_link_counters(f, data, coords) for f in comm]
     findings += desync_findings(data.mismatches, coords, data.usual)
     findings += nan_findings(data.steps, coords)
     moving, more = transient_findings(data.steps, totals, coords, steps_in, [s.rank for s in slow])
     findings, notes = findings + moving, notes + more
+    findings, more = checked_impacts(findings, data.steps, steps_in)
+    notes += more
     findings.sort(key=lambda f: -f.impact_pct)
     culprit_ranks = [s.rank for s in culprits]
     design, more = imbalance_findings(data, coords, totals, steps_in, med_ms, culprit_ranks)

@@ -38,6 +38,7 @@ import pandas as pd
 from ranksight.words import counted, span
 
 from .findings import Finding
+from .straggler import COMPUTE_PHASES, DATA_PHASES
 
 _MS = 1e6
 
@@ -99,6 +100,7 @@ def slow_steps(
     ``steps``: rank, step, start_ns, end_ns[, tokens]; ``totals``: rank, step,
     compute_self, data_self[, gc_self] (ns); ``stage``: rank -> pipeline stage."""
     sub = steps[steps["step"].isin(analyzed)]
+    totals = as_totals(totals)
     if sub.empty or totals.empty:
         return [], 0.0, 0.0
     by = sub.groupby("step")
@@ -132,6 +134,25 @@ def slow_steps(
             SlowStep(int(step), rank, step_excess / _MS, extra / _MS, cause, rows.at[i, "gc"] / _MS)
         )
     return out, base, run_ns
+
+
+def as_totals(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` as per-(rank, step) totals (rank, step, compute_self, data_self,
+    gc_self; ns): the store's PHASE_TOTALS rows as they are, or per-phase rows (rank, step,
+    phase, self_ns) summed into them."""
+    if frame.empty or "compute_self" in frame.columns:
+        return frame
+    if "phase" not in frame.columns:
+        return pd.DataFrame()
+    self_ns = frame["self_ns"].astype(float)
+    parts = {
+        "compute_self": frame["phase"].isin(COMPUTE_PHASES),
+        "data_self": frame["phase"].isin(DATA_PHASES),
+        "gc_self": frame["phase"] == "gc",
+    }
+    cols = pd.DataFrame({k: self_ns.where(m, 0.0) for k, m in parts.items()})
+    cols[["rank", "step"]] = frame[["rank", "step"]]
+    return cols.groupby(["rank", "step"], as_index=False).sum()
 
 
 def _cause(

@@ -166,13 +166,20 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
 
 
 def now_and_without(f: Finding) -> str:
-    """``from step 4, a rank's step averaged 1839.4 ms; about 632.3 ms without it``: a
-    straggler's impact figures in the README's step-time words (evidence ``onset_step``,
-    ``step_ms_now``, ``step_ms_without``)."""
+    """A straggler's impact figures in the README's step-time words: the job step measured
+    before and after its onset (analyzer/impact.py) where the run has steps before it,
+    else the estimate ``from step 4, a rank's step averaged 1839.4 ms; about 632.3 ms
+    without it`` (evidence ``onset_step``, ``step_ms_now``, ``step_ms_without``)."""
     ev = f.evidence
+    if ev.get("impact_method") == "before/after":
+        return (
+            f"from step {ev.get('onset_step')}, the job step averaged "
+            f"{ev.get('job_step_ms_after')} ms against {ev.get('job_step_ms_before')} ms before "
+            f"(measured; its own time alone suggested {ev.get('estimated_impact_pct')}%)"
+        )
     return (
         f"from step {ev.get('onset_step')}, a rank's step averaged {ev.get('step_ms_now')} ms; "
-        f"about {ev.get('step_ms_without')} ms without it"
+        f"about {ev.get('step_ms_without')} ms without it (an estimate: at most this much)"
     )
 
 

@@ -32,25 +32,48 @@ def mean_step_ns(store, run_id: str, first: int) -> float:
     return float((g["end_ns"].max() - g["start_ns"].min()).mean())
 
 
-def true_impact(store, faulty: SynthConfig, clean: SynthConfig) -> float:
+def true_impact(store, faulty: SynthConfig, clean: SynthConfig, onset: int = ONSET) -> float:
     """Percent by which the mean step gets shorter from ``faulty`` to ``clean``."""
     a, b = (write_synthetic(store, c).run_id for c in (faulty, clean))
-    return 100.0 * (1.0 - mean_step_ns(store, b, ONSET) / mean_step_ns(store, a, ONSET))
+    return 100.0 * (1.0 - mean_step_ns(store, b, onset) / mean_step_ns(store, a, onset))
+
+
+REPLAY_ONSET = 1
+"""The first analyzed step: no step before the fault to measure against, so the replay
+gives the impact (analyzer/impact.py)."""
+
+
+@pytest.mark.parametrize("rank,factor", [(6, 1.5), (9, 2.0)])
+def test_straggler_impact_measured_before_and_after_is_close_to_the_true_slowdown(
+    chdb_store, rank, factor
+):
+    fault = f"slow:rank={rank},factor={factor},from_step={ONSET}"
+    faulty = SynthConfig(**SHAPE, faults=(fault,))
+    true = true_impact(chdb_store, faulty, SynthConfig(**SHAPE))
+    [f] = analyze(chdb_store, faulty.run_id, save=False).findings
+    assert (f.kind, f.culprit_rank, f.evidence["impact_method"]) == (
+        "straggler",
+        rank,
+        "before/after",
+    )
+    assert abs(f.impact_pct - true) < 2.5 + f.evidence["impact_error_pts"], (f.impact_pct, true)
+    assert f.evidence["steps_before_after"] == [ONSET - 1, SHAPE["steps"] - ONSET]
+    assert f.evidence["estimated_impact_pct"] > 0 and "the job step went from" in f.summary
 
 
 @pytest.mark.parametrize("rank,factor", [(6, 1.5), (9, 2.0)])
 def test_straggler_impact_from_replay_is_close_to_the_true_slowdown(chdb_store, rank, factor):
-    fault = f"slow:rank={rank},factor={factor},from_step={ONSET}"
+    fault = f"slow:rank={rank},factor={factor},from_step={REPLAY_ONSET}"
     faulty = SynthConfig(**SHAPE, faults=(fault,))
-    true = true_impact(chdb_store, faulty, SynthConfig(**SHAPE))
+    true = true_impact(chdb_store, faulty, SynthConfig(**SHAPE), REPLAY_ONSET)
     analysis = analyze(chdb_store, faulty.run_id, save=False)
     [f] = analysis.findings
-    assert (f.kind, f.culprit_rank) == ("straggler", rank)
+    assert (f.kind, f.culprit_rank, f.evidence["impact_method"]) == ("straggler", rank, "replay")
     whatif = f.evidence["whatif"]
     assert whatif["method"].startswith("replay") and whatif["slice_ranks"] == [
         r for r in range(16) if r % 2 == rank % 2 and r // 8 == rank // 8
     ]
-    assert len(whatif["steps"]) == 24 and whatif["steps"][0] >= ONSET
+    assert len(whatif["steps"]) == 24 and whatif["steps"][0] >= REPLAY_ONSET
     assert abs(f.impact_pct - true) < 2.5, (f.impact_pct, true, whatif)
     # the excess-time estimate it replaces is kept beside it
     assert whatif["estimate_pct"] > 0 and "what-if replay" in f.summary
@@ -109,7 +132,7 @@ def test_a_replay_that_does_not_reproduce_the_measured_step_is_not_used(chdb_sto
 
     from ranksight.analyzer import replay_impact
 
-    fault = f"slow:rank=9,factor=2.0,from_step={ONSET}"
+    fault = f"slow:rank=9,factor=2.0,from_step={REPLAY_ONSET}"
     faulty = SynthConfig(**SHAPE, faults=(fault,))
     write_synthetic(chdb_store, faulty)
     real = replay_impact._replay
@@ -122,7 +145,10 @@ def test_a_replay_that_does_not_reproduce_the_measured_step_is_not_used(chdb_sto
     analysis = analyze(chdb_store, faulty.run_id, save=False)
     [f] = analysis.findings
     assert f.culprit_rank == 9 and "whatif" not in f.evidence and f.impact_pct > 0
+    assert f.evidence["impact_method"] == "excess estimate (upper bound)"
     assert any(
-        "rank 9's impact counts all its extra time" in n and "upper bound" in n and "not trusted" in n
+        "rank 9's impact counts all its extra time" in n
+        and "upper bound" in n
+        and "not trusted" in n
         for n in analysis.notes
     )

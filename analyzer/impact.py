@@ -1,0 +1,186 @@
+"""What a finding costs, checked against the measured step: before/after first, estimates
+with a stated error, and impacts that together never exceed the measured excess.
+
+A finding's first impact is an estimate: the culprit's excess time taken to be on the
+critical path (``diagnose._impact``), or a what-if replay of its pipeline where the replay
+reproduces the measured step (``replay_impact.py``). Both can overstate it: a delay that
+overlapped other work, or a replay that does not model the run. So:
+
+1. **Before/after.** Where the run has at least ``min_before`` analyzed steps before the
+   finding's onset, the measured impact is the job step since the onset against the
+   median job step before it: ``(mean_after - median_before) / mean_after``. Its error is
+   the spread of the steps before (half their interquartile range, or half their range
+   under four steps) as points of the step after. This replaces the estimate, which is
+   kept in the evidence (``estimated_impact_pct``).
+2. **Estimate.** With no steps before the onset, the estimate stays, marked as such
+   (``impact_method``) with the error it carries: up to the estimate itself below it (an
+   upper bound: it assumes every excess millisecond delayed the step).
+3. **Composition.** The findings that cost step time (stragglers, slow links, transient
+   stragglers) are capped together at the run's measured excess: the job step over the
+   analyzed steps against a clean baseline (the median job step before the earliest
+   onset, else the 10th percentile of the analyzed job steps, which no fault left slow).
+   Above it, each is scaled by the same factor and a note says so.
+
+Job step: the first rank's start to the last rank's end of one step (README, "Reading a
+report").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .findings import Finding
+
+COSTS_STEP_TIME = ("straggler", "slow_communication", "transient_straggler")
+"""Finding kinds whose impact is a share of the job step (and so compose)."""
+
+_MS = 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class BeforeAfter:
+    """A measured impact: the job step since a finding's onset against before it."""
+
+    impact_pct: float
+    error_pts: float
+    before_ms: float
+    """Median job step before the onset."""
+    after_ms: float
+    """Mean job step from the onset on."""
+    steps_before: int
+    steps_after: int
+
+
+def before_after(wall: pd.Series, onset: int, min_before: int = 2) -> BeforeAfter | None:
+    """The measured impact of a fault starting at step ``onset``; ``wall``: analyzed step
+    -> job step (ns). None with fewer than ``min_before`` steps before the onset or none
+    from it."""
+    before, after = wall[wall.index < onset], wall[wall.index >= onset]
+    if len(before) < min_before or after.empty:
+        return None
+    base, now = float(before.median()), float(after.mean())
+    if now <= 0:
+        return None
+    spread = (
+        (before.quantile(0.75) - before.quantile(0.25)) / 2
+        if len(before) >= 4
+        else (before.max() - before.min()) / 2
+    )
+    return BeforeAfter(
+        impact_pct=max(0.0, 100.0 * (now - base) / now),
+        error_pts=100.0 * float(spread) / now,
+        before_ms=base / _MS,
+        after_ms=now / _MS,
+        steps_before=len(before),
+        steps_after=len(after),
+    )
+
+
+def can_measure(f: Finding, wall: pd.Series) -> bool:
+    """Whether ``f``'s impact can be measured before/after (rule 1) on ``wall`` (analyzed
+    step -> job step, ns): then no replay is needed for it."""
+    onset = _onset(f)
+    return f.kind in COSTS_STEP_TIME and onset is not None and before_after(wall, onset) is not None
+
+
+def _onset(f: Finding) -> int | None:
+    onset = f.evidence.get("onset_step")
+    if onset is None:
+        onset = f.evidence.get("from_step")
+    return int(onset) if isinstance(onset, (int, float, np.integer)) else None
+
+
+def measured(f: Finding, wall: pd.Series) -> tuple[Finding, str | None]:
+    """``f`` with its impact measured before/after where the run allows (rule 1), else
+    marked as an estimate (rule 2); a note where the estimate was far off the measure."""
+    if f.kind not in COSTS_STEP_TIME or f.kind == "transient_straggler":
+        return f, None  # transient stragglers are measured step by step already
+    onset = _onset(f)
+    m = before_after(wall, onset) if onset is not None else None
+    estimate = round(float(f.impact_pct), 1)
+    if m is None:
+        method = "replay" if "whatif" in f.evidence else "excess estimate (upper bound)"
+        ev = {**f.evidence, "impact_method": method, "impact_error_pts": estimate}
+        return dataclasses.replace(f, evidence=ev), None
+    ev = {
+        **f.evidence,
+        "impact_method": "before/after",
+        "impact_error_pts": round(m.error_pts, 1),
+        "estimated_impact_pct": estimate,
+        "job_step_ms_before": round(m.before_ms, 1),
+        "job_step_ms_after": round(m.after_ms, 1),
+        "steps_before_after": [m.steps_before, m.steps_after],
+    }
+    note = None
+    if abs(estimate - m.impact_pct) > m.error_pts + 10:
+        note = (
+            f"{f.who()}: measured {m.impact_pct:.0f}% (the job step went from "
+            f"{m.before_ms:.0f} ms before step {onset} to {m.after_ms:.0f} ms after) where its "
+            f"time alone suggested {estimate:.0f}%: the measure is reported"
+        )
+    summary = f.summary
+    for tail in ("; without it the step time would drop by about", "; a what-if replay"):
+        if tail in summary:
+            summary = summary.split(tail, 1)[0]
+    summary += (
+        f"; the job step went from {m.before_ms:.0f} ms before step {onset} to "
+        f"{m.after_ms:.0f} ms (±{m.error_pts:.0f} points): {m.impact_pct:.0f}% of it is this"
+    )
+    return dataclasses.replace(
+        f, impact_pct=round(m.impact_pct, 1), evidence=ev, summary=summary
+    ), note
+
+
+def run_excess_pct(wall: pd.Series, first_onset: int | None) -> float:
+    """The run's measured excess (rule 3): the mean job step from ``first_onset`` (all
+    analyzed steps when None) over a clean baseline, as a percent of that mean."""
+    if wall.empty:
+        return 0.0
+    before = wall[wall.index < first_onset] if first_onset is not None else wall.iloc[0:0]
+    base = float(before.median()) if len(before) >= 2 else float(wall.quantile(0.10))
+    after = wall[wall.index >= first_onset] if len(before) >= 2 else wall
+    now = float(after.mean())
+    return max(0.0, 100.0 * (now - base) / now) if now > 0 else 0.0
+
+
+def checked_impacts(
+    findings: list[Finding], steps: pd.DataFrame, analyzed: list[int]
+) -> tuple[list[Finding], list[str]]:
+    """``findings`` with rules 1-3 applied (see the module docstring), and notes.
+    ``steps``: rank, step, start_ns, end_ns; ``analyzed``: the steps analyzed."""
+    sub = steps[steps["step"].isin(analyzed)]
+    if sub.empty:
+        return findings, []
+    by = sub.groupby("step")
+    wall = (by["end_ns"].max() - by["start_ns"].min()).astype(float).sort_index()
+    notes: list[str] = []
+    out = []
+    for f in findings:
+        g, note = measured(f, wall)
+        out.append(g)
+        notes += [note] if note else []
+    costly = [i for i, f in enumerate(out) if f.kind in COSTS_STEP_TIME and f.impact_pct > 0]
+    if len(costly) < 2:
+        return out, notes
+    onsets = [o for i in costly if (o := _onset(out[i])) is not None]
+    cap = run_excess_pct(wall, min(onsets) if onsets else None)
+    total = sum(out[i].impact_pct for i in costly)
+    if total > cap > 0:
+        scale = cap / total
+        for i in costly:
+            f = out[i]
+            out[i] = dataclasses.replace(
+                f,
+                impact_pct=round(f.impact_pct * scale, 1),
+                evidence={**f.evidence, "impact_before_composing_pct": f.impact_pct},
+            )
+        notes.append(
+            f"the findings' impacts added up to {total:.0f}% where the run's job step was "
+            f"{cap:.0f}% over its clean steps: each is scaled by {scale:.2f} so that together "
+            "they are what was measured"
+        )
+    return out, notes

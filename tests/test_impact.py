@@ -1,0 +1,70 @@
+"""Impacts checked against the measured step (analyzer/impact.py): before/after first, an
+estimate marked as one, and findings that together never exceed the measured excess."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from ranksight.analyzer.findings import Finding
+from ranksight.analyzer.impact import before_after, checked_impacts
+
+MS = 1_000_000
+
+
+def steps_of(walls_ms: list[float], world: int = 4) -> pd.DataFrame:
+    rows, t = [], 0
+    for step, w in enumerate(walls_ms):
+        for r in range(world):
+            rows.append({"rank": r, "step": step, "start_ns": t + r, "end_ns": t + int(w * MS)})
+        t += int(w * MS) + MS
+    return pd.DataFrame(rows)
+
+
+def straggler(rank: int, onset: int, estimate: float) -> Finding:
+    return Finding(kind="straggler", cause="compute", culprit_rank=rank, host="h", dp=0, tp=0,
+                   pp=0, confidence=0.8, impact_pct=estimate,
+                   summary=f"rank {rank} is slow; without it the step time would drop by about {estimate:.0f}%",
+                   evidence={"onset_step": onset})  # fmt: skip
+
+
+def test_before_after_is_the_measured_share_with_the_spread_before_as_its_error():
+    wall = pd.Series([100.0, 102.0, 98.0, 100.0, 150.0, 150.0, 150.0]) * MS
+    m = before_after(wall, onset=4)
+    assert m.impact_pct == pytest.approx(100 * 50 / 150) and m.steps_before == 4
+    assert m.error_pts == pytest.approx(100 * ((100.5 - 99.5) / 2) / 150)  # half the IQR
+    assert before_after(wall, onset=1) is None  # one step before: nothing to measure against
+
+
+def test_a_measured_impact_replaces_an_overstated_estimate_and_says_so():
+    steps = steps_of([300] + [100] * 5 + [125] * 10)
+    [f], notes = checked_impacts([straggler(2, 6, 76.0)], steps, list(range(1, 16)))
+    assert f.impact_pct == pytest.approx(20.0, abs=0.1)
+    assert (
+        f.evidence["impact_method"] == "before/after" and f.evidence["estimated_impact_pct"] == 76
+    )
+    assert "measured 20%" in notes[0] and "without it the step time" not in f.summary
+    assert "the job step went from 100 ms before step 6 to 125 ms" in f.summary
+
+
+def test_a_delay_that_did_not_change_the_step_costs_nothing():
+    steps = steps_of([300] + [100] * 15)
+    [f], _ = checked_impacts([straggler(1, 6, 76.0)], steps, list(range(1, 16)))
+    assert f.impact_pct == 0.0
+
+
+def test_without_steps_before_the_estimate_stays_marked_as_an_upper_bound():
+    steps = steps_of([300] + [125] * 15)
+    [f], notes = checked_impacts([straggler(2, 1, 40.0)], steps, list(range(1, 16)))
+    assert f.impact_pct == 40.0 and notes == []
+    assert f.evidence["impact_method"] == "excess estimate (upper bound)"
+
+
+def test_several_findings_together_are_capped_at_the_measured_excess():
+    steps = steps_of([300] + [100] * 5 + [145] * 10)  # two slow ranks together: 31% measured
+    found, notes = checked_impacts(
+        [straggler(2, 6, 67.0), straggler(5, 6, 27.0)], steps, list(range(1, 16))
+    )
+    total = sum(f.impact_pct for f in found)
+    assert total == pytest.approx(100 * 45 / 145, abs=0.5)
+    assert "scaled by" in notes[-1]
