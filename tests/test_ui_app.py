@@ -18,6 +18,7 @@ from ranksight.analyzer.queries import load_findings
 from ranksight.store import open_store
 from ranksight.ui import APP_PATH
 from ranksight.ui.data.hosts import NIC_COUNTERS
+from ranksight.ui.figures.timeline import PAST
 from ranksight.ui.views.overview import duration_text
 from tests.ui_stores import (
     chart_spec,
@@ -105,6 +106,16 @@ def test_overview_shows_step_time_and_the_finding_with_its_evidence(monkeypatch,
     assert list(victims["victim rank"].astype(int)) == [
         v["rank"] for v in ev["waited_for_it"]["victims"]
     ]
+
+
+def test_a_findings_timeline_link_opens_the_step_it_starts_at(monkeypatch, stored):
+    i, finding = straggler(stored.store, stored.run_id)
+    onset = json.loads(finding["evidence_json"])["onset_step"]
+    at = page(monkeypatch, stored.store, page="overview", run=stored.run_id)
+    at.button(key=f"tl{i}").click().run()
+    assert at.query_params["step"] in (str(onset), [str(onset)])
+    assert at.number_input[0].value == onset
+    assert chart_spec(at, "timeline_chart")["layout"]["title"]["text"].startswith(f"step {onset}:")
 
 
 def test_overview_shows_the_achieved_model_flops_of_the_demo_and_says_why_no_mfu(
@@ -234,7 +245,7 @@ def test_timeline_lines_up_every_rank_and_marks_the_late_arriver(monkeypatch, st
     phase_bars = sum(
         len(decode(t["base"]))
         for t in spec["data"]
-        if t["type"] == "bar" and t["name"] not in ("collectives", "send/recv")
+        if t["type"] == "bar" and t["name"] not in ("collectives", "send/recv", PAST)
     )
     assert phase_bars == n
     late = [t for t in spec["data"] if t.get("name") == "last arriver"]
@@ -326,7 +337,8 @@ def test_hang_page_shows_a_live_hang_from_progress_snapshots(monkeypatch, tmp_pa
         assert "From the progress snapshots" in texts(at)
         stall = next(e.value for e in at.error if e.value.startswith("Stalled"))
         assert "wait (through the mesh) for rank(s) 3" in stall
-        assert any("Suspect rank(s) 3:" in e.value for e in at.error)
+        suspect = next(e.value for e in at.error if e.value.startswith("Suspect rank(s) 3:"))
+        assert "No stack dumps were taken" in suspect and "stacks (below)" not in suspect
         groups = at.dataframe[0].value
         top = groups.iloc[0]
         assert top["lagging"] == "3" and top["stuck"] != ""  # its peer waits inside
@@ -400,7 +412,69 @@ def test_hang_page_groups_identical_stacks_with_their_ranks(monkeypatch, tmp_pat
     at = page(monkeypatch, live, page="hang", run="hung")
     labels = [e.label for e in at.expander]
     assert labels == ["1 ranks: 3", "7 ranks: 0,1,2,4,5,6,7"]
+    suspect = next(e.value for e in at.error if e.value.startswith("Suspect rank(s) 3:"))
+    assert "Their stacks (below: rank(s) 3) say where they are." in suspect
     assert at.code[0].value == odd and at.code[1].value == waiting
+
+
+def test_overview_marks_a_hang_at_the_step_it_hung_in_and_links_to_it(monkeypatch, tmp_path):
+    """Rank 3 never enters its all_reduce of step 5: the overview's mark and its timeline
+    link sit at step 5 (the analyzer's hang finding carries no step: it was marked at
+    step 0 and the timeline link offered step 1), and a button leads to the Hang page."""
+    from ranksight.analyzer import analyze
+
+    full, _ = hung_stores(tmp_path)
+    with open_store(full) as s:
+        kinds = [f.kind for f in analyze(s, "hung").findings]
+    i = kinds.index("hang")
+    at = page(monkeypatch, full, page="overview", run="hung")
+    marks = echarts_spec(at, "overview_chart")["series"][0]["markLine"]["data"]
+    assert marks == [{"xAxis": 5, "name": "rank 3 hung in this step"}]
+    at.button(key=f"tl{i}").click().run()
+    assert at.query_params["page"] in ("timeline", ["timeline"])
+    assert at.query_params["step"] in ("5", ["5"]) and at.number_input[0].value == 5
+    assert chart_spec(at, "timeline_chart")["layout"]["title"]["text"].startswith("step 5:")
+    at = page(monkeypatch, full, page="overview", run="hung")
+    at.button(key=f"hg{i}").click().run()
+    assert at.query_params["page"] in ("hang", ["hang"]) and at.header[0].value.startswith("Hang")
+
+
+def test_a_run_silent_for_long_says_when_it_stopped_reporting_and_is_not_live(
+    monkeypatch, tmp_path
+):
+    """A run with no end recorded whose last record (step, snapshot, run row) is 3 h old
+    is 'stopped', with the time it stopped reporting, and not watched as live (it was
+    shown 'hung' and 'live: this run has not finished'); with a stored hang finding it
+    stays 'hung', still not live."""
+    import time
+
+    from ranksight.analyzer import analyze
+    from ranksight.synthetic import SynthConfig, write_synthetic
+
+    url = str(tmp_path / "store")
+    cfg = SynthConfig(
+        dp=2, tp=1, pp=1, steps=6, faults=("hang:rank=1,from_step=4",), run_id="old",
+        start_ns=time.time_ns() - 3 * 3600 * 10**9,
+    )  # fmt: skip
+    with open_store(url) as s:
+        s.init_schema()
+        write_synthetic(s, cfg)
+        last = max(
+            int(s.query(f"SELECT max({c}) AS t FROM {t}")["t"].iloc[0])
+            for t, c in (("steps", "end_ns"), ("progress", "ts_ns"), ("runs", "updated_ns"))
+        )
+    at_utc = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(last / 1e9))
+    for analyzed, status in ((False, "stopped"), (True, "hung")):
+        if analyzed:
+            with open_store(url) as s:
+                analyze(s, "old")
+        at = page(monkeypatch, url, page="overview", run="old")
+        assert {m.label: m.value for m in at.metric}["status"] == status
+        said = [w.value for w in at.warning if w.value.startswith("Stopped reporting")]
+        assert said and f"Stopped reporting at {at_utc} (no end recorded)" in said[0], said
+        assert not any("live:" in c.value for c in at.caption)
+        runs = page(monkeypatch, url).dataframe[0].value.set_index("run")
+        assert runs.loc["old", "status"] == status
 
 
 def test_hosts_page_plots_collector_samples(monkeypatch, tmp_path):

@@ -3,8 +3,9 @@
 by ECharts on a canvas, the others by Plotly), the heatmap and timeline hold every rank
 (the heatmap's rows read back by hovering each one: ECharts' tooltip names its rank and
 value), clicks on the heatmap select a rank and step, the overview leads to a finding's
-evidence and on to its timeline. Screenshots of each page go to
-``$RANKSIGHT_TEST_ARTIFACTS`` (default ``tests/artifacts/ui``)."""
+evidence and on to its timeline; and every page is judged at 1280, 1440 and 1920 px by
+what a person can read (``tests.ui_seen``). Screenshots of each page at each width go to
+``$RANKSIGHT_TEST_ARTIFACTS`` (default ``tests/artifacts/ui``; docs/img holds a set)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import pytest
 
 from ranksight.store import open_store
 from ranksight.ui.figures import heatmap as hm
-from tests.ui_stores import compute_ms, demo_run, straggler
+from tests import ui_seen as seen
+from tests.ui_stores import compute_ms, demo_run, step_wall_ms, straggler
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
@@ -86,12 +88,20 @@ def browser():
 
 
 def settle(page) -> None:
-    """Wait until the app finished its script run (no 'running' status widget)."""
+    """Wait until the app finished its script run: a heading drawn (every page has one;
+    before it the page may be blank with no status widget yet), then no 'running'
+    status widget, and every table drawn (its grid loads after the page)."""
     page.wait_for_selector("[data-testid=stApp]", timeout=60_000)
+    page.wait_for_selector("[data-testid=stMain] [data-testid=stHeading]", timeout=90_000)
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=90_000
     )
+    page.wait_for_function(TABLES_DRAWN, timeout=60_000)
     page.wait_for_timeout(500)
+
+
+TABLES_DRAWN = """() => Array.from(document.querySelectorAll('[data-testid=stDataFrame]'))
+  .every((d) => d.querySelector('canvas'))"""
 
 
 def open_page(browser, base: str, query: str):
@@ -171,23 +181,106 @@ def pixels(chart, x: float, y: float) -> list[list[int]]:
 
 
 def shot(page, name: str) -> None:
+    """A screenshot of what the window shows (not the whole page), in few colours (a
+    small PNG), as ``<name>.png`` under ARTIFACTS."""
+    from PIL import Image
+
     os.makedirs(ARTIFACTS, exist_ok=True)
-    page.screenshot(path=os.path.join(ARTIFACTS, f"{name}.png"), full_page=True)
+    path = os.path.join(ARTIFACTS, f"{name}.png")
+    page.screenshot(path=path)
+    Image.open(path).convert("RGB").quantize(colors=256).save(path, optimize=True)
 
 
-def test_every_page_draws_in_chromium(server, browser):
+PAGES = ("runs", "overview", "heatmap", "timeline", "mesh", "hang", "hosts")
+WIDTHS = (1280, 1440, 1920)
+"""Window widths (px) every page is judged at: a laptop, a larger laptop, a desktop."""
+ROW_PX = 28
+"""The least height (px) a timeline row may get: room for its label and its bars."""
+
+
+def test_every_page_is_readable_at_every_width(server, browser):
+    """Each page at each width in Chromium: drawn without an error, and readable: no
+    text over another, no legend over a plot, no cut headline number; the timeline's
+    every rank row labelled and at least ROW_PX high, its x axis spanning the step
+    (a bar past the step's end clipped, not stretching the axis)."""
     base, run = server
-    for name in ("runs", "overview", "heatmap", "timeline", "mesh", "hang", "hosts"):
-        page = open_page(browser, base, f"page={name}&run={run.run_id}")
-        assert not page.locator("[data-testid=stException]").count(), name
-        assert not page.locator("[data-testid=stEChartsChartError]").count(), name
-        if name in ("overview", "heatmap"):
-            echart(page, f"{name}_chart")
-            assert not page.locator(".js-plotly-plot").count(), name  # no Plotly to load
-        if name in ("timeline", "mesh"):
-            plot(page)
-        shot(page, name)
-        page.close()
+    with open_store(run.store) as s:
+        worst, walls = worst_step(s, run.run_id), step_wall_ms(s, run.run_id)
+    problems = []
+    for width in WIDTHS:
+        for name in PAGES:
+            visits = [("", None)] + ([(f"&step={worst}", worst)] if name == "timeline" else [])
+            for extra, step in visits:
+                page = browser.new_page(viewport={"width": width, "height": 900})
+                page.goto(f"{base}/?page={name}&run={run.run_id}{extra}")
+                settle(page)
+                where = f"{name}{extra} at {width} px"
+                problems += [f"{where}: {p}" for p in seen_problems(page, name, run, walls, step)]
+                if not extra:
+                    shot(page, f"ui-{name}-{width}")
+                page.close()
+    assert not problems, "\n".join(problems)
+
+
+def seen_problems(page, name: str, run, walls, step: int | None) -> list[str]:
+    """What a person could not read on page ``name`` (see ``tests.ui_seen``); ``walls``:
+    step -> wall time (ms) from the stored rows; ``step``: the timeline's, if linked."""
+    heading = page.locator("[data-testid=stMain] [data-testid=stHeading]").first.inner_text()
+    assert (run.run_id if name != "runs" else "Runs") in heading, (name, heading)
+    out = [f"error shown: {e}" for e in page.locator("[data-testid=stException]").all_inner_texts()]
+    if page.locator("[data-testid=stEChartsChartError]").count():
+        out.append("an ECharts chart failed")
+    out += [f"headline value cut: {v!r}" for v in page.evaluate(seen.METRICS_CUT)]
+    if name in ("overview", "heatmap"):
+        got = echart(page, f"{name}_chart").evaluate(seen.ECHARTS_SEEN)
+        assert got is not None, f"no ECharts instance found on {name}"
+        out += seen.echarts_problems(got, lambda t: "from here" in t or "hung" in t)
+        if page.locator(".js-plotly-plot").count():
+            out.append("Plotly loaded on an ECharts page")
+    if name in ("timeline", "mesh", "hosts"):
+        got = plot(page).evaluate(seen.PLOTLY_SEEN)
+        out += seen.plotly_problems(got, lambda t: name == "mesh" and t.isdigit())
+        if name == "timeline":
+            step = step if step is not None else page_step(page)
+            out += timeline_problems(got, run.world, walls[step], step)
+    return out
+
+
+def page_step(page) -> int:
+    """The step the Timeline page shows (its Step input)."""
+    return int(page.get_by_label("Step", exact=True).input_value())
+
+
+def timeline_problems(got: dict, world: int, step_ms: float, step: int) -> list[str]:
+    """Rank rows: every one labelled, each at least ROW_PX high; x axis: spans the
+    step's wall time (first start to last end over all ranks), the step >= 80% of it."""
+    out = []
+    ticks = [t["text"] for t in got["texts"] if t["cls"] == "ytick"]
+    for label in got["categories"]:
+        if not any(label in t for t in ticks):
+            out.append(f"rank row {label!r} has no label (labels shown: {ticks})")
+    if len(got["categories"]) != world:
+        out.append(f"{len(got['categories'])} rank rows, want {world}")
+    per_row = got["plot"][3] / max(len(got["categories"]), 1)
+    if per_row < ROW_PX:
+        out.append(
+            f"rank rows {per_row:.1f} px high (plot {got['plot'][3]:.0f} px), want >= {ROW_PX}"
+        )
+    lo, hi = got["xrange"]
+    if lo > 1 or hi < step_ms - 1 or step_ms / (hi - lo) < 0.8:
+        out.append(f"x axis {lo:.0f}..{hi:.0f} ms for step {step} of {step_ms:.0f} ms")
+    return out
+
+
+def worst_step(store, run_id: str) -> int:
+    """The step with the completed collective that ends furthest past its step's end
+    (over all ranks): the one a timeline is most easily stretched by."""
+    coll = store.query(
+        "SELECT step, end_ns FROM collectives WHERE run_id = %(r)s AND end_ns > 0", {"r": run_id}
+    )
+    steps = store.query("SELECT step, end_ns FROM steps WHERE run_id = %(r)s", {"r": run_id})
+    over = coll["end_ns"] - coll["step"].map(steps.groupby("step")["end_ns"].max())
+    return int(coll.loc[over.idxmax(), "step"])
 
 
 def test_heatmap_and_timeline_hold_every_rank(server, browser):

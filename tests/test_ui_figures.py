@@ -124,8 +124,8 @@ def test_overview_draws_markers_only_on_short_series():
             }
         )
 
-    short = overview_figure(series(MARKERS_UP_TO), {3: 40})
-    long = overview_figure(series(1000), {})
+    short = overview_figure(series(MARKERS_UP_TO), [(40, "rank 3 slow from here")])
+    long = overview_figure(series(1000), [])
     assert short["series"][0]["showSymbol"] and not long["series"][0]["showSymbol"]
     assert not long["series"][2]["showSymbol"]  # tokens/s
     assert pd.DataFrame(long["dataset"][0]["source"]).shape == (1000, 4)  # no MFU or FLOPs

@@ -11,7 +11,7 @@ from dataclasses import replace
 import streamlit as st
 
 from ranksight.store import Store, open_store
-from ranksight.ui.data import hang, heatmap, mesh, overview, runs, timeline
+from ranksight.ui.data import hang, heatmap, mesh, onsets, overview, runs, timeline
 from ranksight.ui.data.run import MARK_TABLES, RunMark, RunView, data_watermark, load_run_view
 
 
@@ -34,9 +34,11 @@ def _store(url: str) -> Store:
 
 
 @st.cache_data(ttl=2, show_spinner=False, max_entries=16)
-def runs_table(url: str, search: str, hang_after_s: float):
+def runs_table(url: str, search: str, hang_after_s: float, stopped_after_s: float):
     """``data.runs.runs_table`` (refreshed every 2 s)."""
-    return runs.runs_table(_store(url), search, hang_after_s=hang_after_s)
+    return runs.runs_table(
+        _store(url), search, hang_after_s=hang_after_s, stopped_after_s=stopped_after_s
+    )
 
 
 @st.cache_data(ttl=2, show_spinner=False, max_entries=4)
@@ -93,6 +95,12 @@ def heatmap_cells(
 def step_series(url: str, run: RunView, mark: tuple, points: int):
     """``data.overview.step_series`` at watermark ``mark``."""
     return overview.step_series(_store(url), run, points)
+
+
+@st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
+def last_steps(url: str, run: RunView, mark: tuple):
+    """``data.onsets.last_steps`` at watermark ``mark``."""
+    return onsets.last_steps(_store(url), run)
 
 
 @st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)

@@ -14,6 +14,11 @@ class UiConfig:
     hang_after_s: float = 300.0
     """A ``running`` run with no new step for this long (and 20x its median step) is shown
     as hung."""
+    stopped_after_s: float = 300.0
+    """A run with no end recorded and nothing from it (no step, no progress snapshot, no
+    run row update) for this long is shown as having stopped reporting, not as live:
+    the hooks snapshot every 2 s and the agent ships every 1 s, so 5 minutes is 150
+    missed snapshots (an agent buffering through a store outage catches up later)."""
     heatmap_rows: int = 128
     """Most rank rows the heatmap draws; more ranks are binned (max and mean per bin).
     128 rows fill the chart's 860 px at 6-7 px each."""
@@ -35,8 +40,9 @@ class UiConfig:
     def __post_init__(self) -> None:
         if self.refresh_s <= 0:
             raise ValueError(f"refresh_s must be > 0, got {self.refresh_s}")
-        if self.hang_after_s <= 0:
-            raise ValueError(f"hang_after_s must be > 0, got {self.hang_after_s}")
+        for name in ("hang_after_s", "stopped_after_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("heatmap_rows", "heatmap_cols", "timeline_ranks", "overview_points"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import streamlit as st
 
 from ranksight.ui import cache
@@ -26,6 +28,26 @@ def watch(url: str, run, mark, refresh_s: float, probe=None) -> None:
         )
 
     _check()
+
+
+def say_stopped(last_record_ns: int, now_ns: int) -> None:
+    """The line for a run with no end recorded that went silent: when it stopped
+    reporting (UTC) and how long ago; the page does not refresh."""
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(last_record_ns / 1e9))
+    st.warning(
+        f"Stopped reporting at {at} (no end recorded): nothing from this run for "
+        f"{ago((now_ns - last_record_ns) / 1e9)}. It was killed, lost its node or agent, "
+        "or is cut off from the store; the page does not refresh."
+    )
+
+
+def ago(seconds: float) -> str:
+    """A duration for people: ``"56 s"``, ``"12 min"``, ``"3.2 h"``, ``"4.0 days"``."""
+    if seconds < 120:
+        return f"{max(seconds, 0):.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 172800 else f"{seconds / 86400:.1f} days"
 
 
 def watch_runs(url: str, count: int, refresh_s: float) -> None:

@@ -15,7 +15,7 @@ from ranksight.store.url import default_store_url, redact
 from ranksight.ui import cache, live, preload, warm
 from ranksight.ui.config import UiConfig
 from ranksight.ui.context import PageContext, go
-from ranksight.ui.data.runs import run_status
+from ranksight.ui.data.runs import run_status, stopped_reporting
 from ranksight.ui.guard import NoData, page_guard
 from ranksight.ui.state import PAGES, Selection, parse_selection
 from ranksight.ui.views import hang, heatmap, hosts, mesh, overview, runs, timeline
@@ -53,10 +53,25 @@ def main(cfg: UiConfig | None = None) -> None:
     with body, page_guard(url):
         ctx = _context(url, cfg, sel)
         VIEWS[sel.page].render(ctx)
-        if ctx.run is not None and ctx.status in ("running", "hung"):
-            probe = (lambda: cache.progress_newest(url, ctx.run)) if sel.page == "hang" else None
-            live.watch(url, ctx.run, ctx.mark, cfg.refresh_s, probe)
+        if ctx.run is not None and ctx.status in ("running", "hung", "stopped"):
+            _watch_or_say_stopped(url, cfg, ctx, sel.page == "hang")
     preload.finish(loading)
+
+
+def _watch_or_say_stopped(url: str, cfg: UiConfig, ctx: PageContext, hang_page: bool) -> None:
+    """A run with no end recorded: watched live while it reports, else (nothing from it
+    for ``cfg.stopped_after_s``) said to have stopped reporting, and not watched."""
+    last = _last_record_ns(url, ctx)
+    if stopped_reporting(last, time.time_ns(), cfg.stopped_after_s):
+        live.say_stopped(last, time.time_ns())
+        return
+    probe = (lambda: cache.progress_newest(url, ctx.run)) if hang_page else None
+    live.watch(url, ctx.run, ctx.mark, cfg.refresh_s, probe)
+
+
+def _last_record_ns(url: str, ctx: PageContext) -> int:
+    """The run's newest record (ns): last step end, run row update or progress snapshot."""
+    return max(ctx.mark.last_end_ns, ctx.mark.updated_ns, cache.progress_newest(url, ctx.run))
 
 
 def _page_picker(sel: Selection) -> None:
@@ -96,6 +111,8 @@ def _context(url: str, cfg: UiConfig, sel: Selection) -> PageContext:
         hangs,
         time.time_ns(),
         cfg.hang_after_s,
+        last_record_ns=cache.progress_newest(url, view),
+        stopped_after_s=cfg.stopped_after_s,
     )
     st.sidebar.caption(f"attempt {view.attempt}, {status}, {len(view.ranks)} ranks")
     return PageContext(url, cfg, sel, view, mark, status)

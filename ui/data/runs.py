@@ -1,10 +1,13 @@
 """The Runs page's table: every run with its status, mesh, steps, step time, findings.
 
-Status is one of ``running``, ``finished``, ``hung``, ``crashed``: the run row's status
-(the trainer writes ``running`` at start, ``finished`` at a clean end, the demo
-``failed`` when the job dies) refined by progress: a run with a stored ``hang`` finding,
-or a ``running`` run whose steps stopped advancing for ``hang_after_s`` and 20 median
-steps, is ``hung``.
+Status is one of ``running``, ``finished``, ``hung``, ``crashed``, ``stopped``: the run
+row's status (the trainer writes ``running`` at start, ``finished`` at a clean end, the
+demo ``failed`` when the job dies) refined by progress: a run with a stored ``hang``
+finding, or a ``running`` run whose steps stopped advancing for ``hang_after_s`` and 20
+median steps while it still reports (progress snapshots), is ``hung``; a ``running``
+run from which nothing at all (no step, no snapshot, no run row update) came for
+``stopped_after_s`` is ``stopped``: it ended with no end recorded (killed, its node
+gone, its agent stopped), or it is cut off from the store.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import pandas as pd
 
 from ranksight.store import Store
 
-STATUSES = ("running", "finished", "hung", "crashed")
+STATUSES = ("running", "finished", "hung", "crashed", "stopped")
 
 # run_id filter: a LIKE pattern bound as a parameter ('%' matches every run).
 RUNS = """
@@ -45,6 +48,14 @@ FROM
 GROUP BY run_id, attempt
 """
 
+# Per run: its newest progress snapshot (a hung job's hooks go on writing them).
+NEWEST_SNAPSHOT = """
+SELECT run_id, attempt, max(ts_ns) AS newest_snapshot
+FROM progress
+WHERE lower(run_id) LIKE %(pattern)s
+GROUP BY run_id, attempt
+"""
+
 FINDING_COUNTS = """
 SELECT run_id, attempt, analyzed_ns, count() AS n_findings, countIf(kind = 'hang') AS n_hangs
 FROM findings
@@ -67,19 +78,32 @@ def run_status(
     hang_findings: int,
     now_ns: int,
     hang_after_s: float,
+    *,
+    last_record_ns: int = 0,
+    stopped_after_s: float | None = None,
 ) -> str:
     """One of :data:`STATUSES` for a run whose row says ``stored`` (see the module doc).
-    Times in ns; ``last_progress_ns`` 0 means no progress recorded."""
+    Times in ns; ``last_progress_ns`` (last step end or run row update) 0 means no
+    progress recorded; ``last_record_ns`` is the newest record of any kind (also
+    progress snapshots), judged against ``stopped_after_s`` (None: never stopped)."""
     if hang_findings:  # also a run that ended hung: an import of a hang's dumps, a job
         return "hung"  # torn down by NCCL's watchdog (a crash the hang caused is folded in)
     if stored == "failed":
         return "crashed"
     if stored != "running":
         return "finished" if stored == "finished" else stored
+    if stopped_reporting(max(last_record_ns, last_progress_ns), now_ns, stopped_after_s):
+        return "stopped"
     quiet_ns = max(hang_after_s * 1e9, 20.0 * (median_step_ns or 0.0))
     if last_progress_ns and now_ns - last_progress_ns > quiet_ns:
         return "hung"
     return "running"
+
+
+def stopped_reporting(last_record_ns: int, now_ns: int, after_s: float | None) -> bool:
+    """Whether a run whose newest record is at ``last_record_ns`` (ns; 0: none) has
+    been silent for more than ``after_s`` seconds at ``now_ns`` (None: never)."""
+    return bool(after_s is not None and last_record_ns and now_ns - last_record_ns > after_s * 1e9)
 
 
 def run_list(store: Store, limit: int = 500) -> pd.DataFrame:
@@ -110,6 +134,7 @@ def runs_table(
     search: str = "",
     *,
     hang_after_s: float = 300.0,
+    stopped_after_s: float | None = 300.0,
     limit: int = 500,
     now_ns: int | None = None,
 ) -> pd.DataFrame:
@@ -124,6 +149,7 @@ def runs_table(
     keys = ["run_id", "attempt"]
     frame = runs.merge(store.query(STEP_STATS, p), on=keys, how="left")
     frame = frame.merge(_latest_counts(store.query(FINDING_COUNTS, p)), on=keys, how="left")
+    frame = frame.merge(store.query(NEWEST_SNAPSHOT, p), on=keys, how="left")
     now = now_ns or time.time_ns()
     frame["status"] = [
         run_status(
@@ -133,6 +159,8 @@ def runs_table(
             int(_num(r.n_hangs)),
             now,
             hang_after_s,
+            last_record_ns=int(_num(r.newest_snapshot)),
+            stopped_after_s=stopped_after_s,
         )
         for r in frame.itertuples()
     ]

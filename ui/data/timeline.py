@@ -16,9 +16,12 @@ from .run import RUN, RunView, ordered_ranks
 
 _WINDOW = "step >= %(s_lo)s AND step <= %(s_hi)s AND rank IN %(ranks)s"
 
-ORIGIN = (
-    f"SELECT min(start_ns) AS t0 FROM steps WHERE {RUN} AND step >= %(s_lo)s AND step <= %(s_hi)s"
-)
+# The window's span: its steps' first start and last end over all ranks, and how many of
+# its steps have rows (a step still running, or hung, has none yet).
+SPAN = f"""
+SELECT min(start_ns) AS t0, max(end_ns) AS t1, uniqExact(step) AS n
+FROM steps WHERE {RUN} AND step >= %(s_lo)s AND step <= %(s_hi)s
+"""
 
 PHASES = f"""
 SELECT rank, step, phase, microbatch, start_ns, end_ns, wait_ns
@@ -57,11 +60,16 @@ ORDER BY enqueue_ns
 class Timeline:
     """Rows of one window: ``ranks`` (the drawn ranks in order, with ``pos`` and
     ``label``), ``phases`` and ``collectives`` with ``t0_ms``/``t1_ms`` relative to
-    ``origin_ns`` (collectives also ``enq_ms``; an op that never completed ends at the
-    window's last time)."""
+    ``origin_ns`` and clipped to the window ``[0, end_ms]`` (collectives also
+    ``enq_ms``); ``open`` marks an op that never completed, ``past_ms`` how far a row
+    ran past the window's end (ms; 0 if it did not, NaN if it never ended)."""
 
     steps: tuple[int, int]
     origin_ns: int
+    end_ms: float
+    """The window's end: its last step's last end over all ranks (ms since
+    ``origin_ns``); while a step of it has no step rows yet, the latest time its rows
+    show."""
     ranks: pd.DataFrame
     phases: pd.DataFrame
     collectives: pd.DataFrame
@@ -97,24 +105,45 @@ def load_timeline(
     ranks = rank_window(ordered_ranks(run.ranks, order, run.shape), center_rank, max_ranks)
     ranks = ranks.assign(label=[rank_label(r) for r in ranks.to_dict("records")])
     p = {**run.params, "s_lo": s_lo, "s_hi": s_hi, "ranks": tuple(int(r) for r in ranks["rank"])}
-    t0 = store.query(ORIGIN, p)["t0"]
-    origin = int(t0.iloc[0]) if len(t0) else 0
+    span = store.query(SPAN, p)
+    n = int(span["n"].iloc[0]) if len(span) else 0
     phases = store.query(PHASES, p) if p["ranks"] else pd.DataFrame()
     colls = store.query(COLLECTIVES, p) if p["ranks"] else pd.DataFrame()
-    return Timeline(steps, origin, ranks, _relative(phases, origin), _relative(colls, origin))
+    origin = int(span["t0"].iloc[0]) if n else _first(phases, colls)
+    end = int(span["t1"].iloc[0]) if n == s_hi - s_lo + 1 else _latest(phases, colls, floor=origin)
+    return Timeline(
+        steps,
+        origin,
+        (end - origin) / 1e6,
+        ranks,
+        _relative(phases, origin, end),
+        _relative(colls, origin, end),
+    )
 
 
-def _relative(frame: pd.DataFrame, origin: int) -> pd.DataFrame:
-    """Add t0_ms/t1_ms (and enq_ms) relative to ``origin``; open ends (0) end at the
-    latest time seen."""
+def _first(*frames: pd.DataFrame) -> int:
+    """The earliest start (ns) in ``frames``; 0 if there is none."""
+    starts = [int(f["start_ns"].min()) for f in frames if not f.empty]
+    return min(starts) if starts else 0
+
+
+def _latest(*frames: pd.DataFrame, floor: int) -> int:
+    """The latest start or end (ns) in ``frames``; ``floor`` if there is none."""
+    times = [int(f[c].max()) for f in frames if not f.empty for c in ("start_ns", "end_ns")]
+    return max([floor, *times])
+
+
+def _relative(frame: pd.DataFrame, origin: int, end: int) -> pd.DataFrame:
+    """Add t0_ms/t1_ms (and enq_ms) relative to ``origin``, clipped to ``origin..end``
+    (ns), ``open`` (never completed: end 0, drawn to ``end``) and ``past_ms``."""
     if frame.empty:
         return frame
     out = frame.copy()
-    last = max(int(out["end_ns"].max()), int(out["start_ns"].max()))
-    end = out["end_ns"].where(out["end_ns"] > 0, last)
-    out["t0_ms"] = (out["start_ns"] - origin) / 1e6
-    out["t1_ms"] = (end - origin) / 1e6
     out["open"] = out["end_ns"] <= 0
+    stop = out["end_ns"].where(~out["open"], end)
+    out["past_ms"] = ((stop - end).clip(lower=0) / 1e6).where(~out["open"])
+    out["t0_ms"] = (out["start_ns"].clip(lower=origin, upper=end) - origin) / 1e6
+    out["t1_ms"] = (stop.clip(lower=origin, upper=end) - origin) / 1e6
     if "enqueue_ns" in out:
         out["enq_ms"] = (out["enqueue_ns"] - origin) / 1e6
     return out

@@ -25,10 +25,10 @@ VIRIDIS = ["#440154", "#482878", "#3e4989", "#31688e", "#26828e"]
 VIRIDIS += ["#1f9e89", "#35b779", "#6ece58", "#b5de2b", "#fde725"]
 """Plotly's Viridis color scale, low to high."""
 
-TOP, LABELS, STRIP_W, RIGHT, STRIP_H, BOTTOM, GAP = 40, 190, 80, 90, 60, 40, 8
+TOP, LABELS, STRIP_W, RIGHT, STRIP_H, BOTTOM, GAP = 40, 190, 80, 110, 60, 40, 8
 """Layout in px: title band; the rank labels' width, then the rank strip's; the color
-bar's band on the right; the step strip's height; the axis band below it; the gap
-between the strips and the cells. The cells span x from LABELS + STRIP_W + GAP to
+bar's band on the right (the bar, its handles and their labels right of it); the step
+strip's height; the axis band below it; the gap between the strips and the cells. The cells span x from LABELS + STRIP_W + GAP to
 width - RIGHT and y from TOP to height - (BOTTOM + STRIP_H + GAP)."""
 
 CELL_COLUMNS = ("row", "col", "max ms", "mean ms", "largest in rank", "step")
@@ -114,7 +114,8 @@ def heatmap_figure(
             "min": 0.0,
             "max": zmax,
             "calculable": True,
-            "right": 20,
+            "align": "left",
+            "right": 8,
             "top": TOP,
             "itemHeight": 200,
             "text": ["ms", ""],

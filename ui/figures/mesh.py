@@ -41,7 +41,7 @@ def mesh_figure(
                 "colorscale": [[0, "#2c7bb6"], [0.33, "#ffffbf"], [1, "#d7191c"]],
                 "cmin": 0.5,
                 "cmax": 2.0,
-                "colorbar": {"title": {"text": "slowness"}},
+                "colorbar": {"title": {"text": "slowness (x peers)", "side": "right"}},
             },
             customdata=g[["rank", "dp", "tp", "pp", "self_ms", "slowness"]].to_numpy(),
             hovertemplate=(

@@ -17,12 +17,19 @@ HEIGHT = 480
 """The chart's height (px)."""
 
 
-def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> dict:
-    """Top: step wall time and the slowest rank's step time (ms); bottom: tokens/s and,
-    on a second axis, MFU (%) where known, else the achieved model TFLOP/s where the
-    FLOPs per token are known. ``onsets`` maps culprit rank -> onset step, drawn as
-    dashed lines. The numbers are ``dataset[0]`` (one row per step bin, columns
-    ``step`` (first step of the bin), ``step time (ms)``, ``slowest rank (ms)``,
+SLOWEST = "slowest rank's own step (ms)"
+"""The slowest rank's own step time: its start to its end. Never above the step time
+(the first rank's start to the last rank's end); below it by how far the ranks' starts
+and ends are staggered."""
+
+
+def overview_figure(series: pd.DataFrame, marks: list[tuple[int, str]]) -> dict:
+    """Top: the job's step time (first rank's start to last rank's end) and the slowest
+    rank's own step time (ms, :data:`SLOWEST`); bottom: tokens/s and, on a second axis,
+    MFU (%) where known, else the achieved model TFLOP/s where the FLOPs per token are
+    known. ``marks`` are (step, label) of the findings' onsets, drawn as dashed lines
+    (labelled on the top panel). The numbers are ``dataset[0]`` (one row per step bin,
+    columns ``step`` (first step of the bin), ``step time (ms)``, SLOWEST,
     ``tokens/s`` and ``MFU %`` or ``model TFLOP/s``); series 0 is the step time."""
     has_mfu = bool(series["mfu"].notna().any())
     has_tflops = not has_mfu and "tflops" in series and bool(series["tflops"].notna().any())
@@ -30,7 +37,7 @@ def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> dict:
         {
             "step": series["first_step"].to_numpy(np.int64),
             "step time (ms)": series["step_ms"].to_numpy(np.float64),
-            "slowest rank (ms)": series["slowest_rank_ms"].to_numpy(np.float64),
+            SLOWEST: series["slowest_rank_ms"].to_numpy(np.float64),
             "tokens/s": series["tokens_per_s"].to_numpy(np.float64),
         }
     )
@@ -40,7 +47,7 @@ def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> dict:
     elif has_tflops:
         second, data["model TFLOP/s"] = "model TFLOP/s", series["tflops"].to_numpy(np.float64)
     symbols = len(series) <= MARKERS_UP_TO
-    marks = _onsets(onsets)
+    onsets = _onsets(marks)
 
     def line(name: str, grid: int, axis: int, fmt: str, **extra) -> dict:
         return {
@@ -56,9 +63,9 @@ def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> dict:
         }
 
     out = [
-        line("step time (ms)", 0, 0, "%.1f ms", markLine=marks(True)),
-        line("slowest rank (ms)", 0, 0, "%.1f ms", showSymbol=False, lineStyle={"type": "dotted"}),
-        line("tokens/s", 1, 1, "%.0f", markLine=marks(False)),
+        line("step time (ms)", 0, 0, "%.1f ms", markLine=onsets(True)),
+        line(SLOWEST, 0, 0, "%.1f ms", showSymbol=False, lineStyle={"type": "dotted"}),
+        line("tokens/s", 1, 1, "%.0f", markLine=onsets(False)),
     ]
     if second is not None:
         out.append(line(second, 1, 2, "%.2f", showSymbol=False))
@@ -77,7 +84,10 @@ def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> dict:
             {"left": 70, "right": 70, "top": 35, "height": "30%"},
             {"left": 70, "right": 70, "top": "57%", "height": "30%"},
         ],
-        "xAxis": [{**x, "gridIndex": 0}, {**x, "gridIndex": 1, "name": "step"}],
+        "xAxis": [
+            {**x, "gridIndex": 0},
+            {**x, "gridIndex": 1, "name": "step", "nameLocation": "middle", "nameGap": 24},
+        ],
         "yAxis": [
             {"type": "value", "gridIndex": 0, "scale": True},
             {"type": "value", "gridIndex": 1, "scale": True},
@@ -95,19 +105,16 @@ def overview_figure(series: pd.DataFrame, onsets: dict[int, int]) -> dict:
     }
 
 
-def _onsets(onsets: dict[int, int]):
-    """markLine options at each culprit's onset step (labelled on the top panel)."""
+def _onsets(marks: list[tuple[int, str]]):
+    """markLine options at each (step, label) of ``marks`` (labelled on the top panel)."""
 
-    def marks(labelled: bool) -> dict:
+    def option(labelled: bool) -> dict:
         return {
             "silent": True,
             "symbol": "none",
             "lineStyle": {"color": ONSET, "type": "dashed"},
             "label": {"show": labelled, "formatter": "{b}", "color": ONSET},
-            "data": [
-                {"xAxis": int(step), "name": f"rank {rank} slow from here"}
-                for rank, step in sorted(onsets.items())
-            ],
+            "data": [{"xAxis": int(step), "name": label} for step, label in sorted(marks)],
         }
 
-    return marks
+    return option

@@ -15,8 +15,10 @@ import streamlit as st
 from ranksight.analyzer.hang import find_hang
 from ranksight.ui import cache
 from ranksight.ui.context import PageContext
+from ranksight.ui.data import stacks
 from ranksight.ui.data.hang import group_summary, open_ops, suspects
 from ranksight.ui.guard import NoData
+from ranksight.ui.live import ago
 
 MEMBER_COLUMNS = {
     "rank": "rank",
@@ -44,34 +46,37 @@ def render(ctx: PageContext) -> None:
         age = (time.time_ns() - snap.newest_ns) / 1e9
         st.caption(
             f"From the progress snapshots each rank's hooks take every 2 s (the newest "
-            f"{_ago(age)} old, {snap.ranks} ranks reporting), raised to the collective "
+            f"{ago(age)} old, {snap.ranks} ranks reporting), raised to the collective "
             "records where those are further."
         )
         stalled = _stall(ctx, snap)
         if not stalled and ctx.status == "running":
             named = []  # in flight, not stuck: suspects only once the run stalls
-    _verdict(ctx, progress, named)
+    dumps = stacks.aggregated_stacks(cache.store_for(ctx.url), run)
+    _verdict(ctx, progress, named, dumps)
     summary = group_summary(progress, named)
     st.dataframe(summary, hide_index=True, width="stretch", key="hang_groups")
     gid = st.selectbox("Group", list(summary["group_id"]), index=0)
     st.dataframe(member_table(progress, gid), hide_index=True, width="stretch", key="hang_members")
-    _stacks(ctx)
+    _stacks(dumps)
 
 
 def member_table(progress: pd.DataFrame, group_id: str) -> pd.DataFrame:
     """One group's members: rank, last entered, last completed (sequence numbers),
     behind the group's furthest, open ops, last op (and, from snapshots, the step the
-    rank is in and how old its snapshot is, s)."""
+    rank is in, blank where its hooks did not say, and how old its snapshot is, s)."""
     mine = progress[progress["group_id"] == group_id]
     out = mine[list(MEMBER_COLUMNS)].rename(columns=MEMBER_COLUMNS)
     if "seen_ns" in mine:
-        out["at step"] = mine["at_step"].to_numpy()
+        out["at step"] = pd.array(mine["at_step"].where(mine["at_step"] >= 0), dtype="Int64")
         newest = int(progress["seen_ns"].max())
         out["snapshot age s"] = ((newest - mine["seen_ns"]) / 1e9).round(1).to_numpy()
     return out.reset_index(drop=True)
 
 
-def _verdict(ctx: PageContext, progress: pd.DataFrame, named: list[int]) -> None:
+def _verdict(
+    ctx: PageContext, progress: pd.DataFrame, named: list[int], dumps: pd.DataFrame | None
+) -> None:
     summary = group_summary(progress, named)
     stuck = summary[(summary["lagging"] != "") | (summary["stuck"] != "")]
     hangs = [f for f in ctx.run.findings if f.kind == "hang"]
@@ -94,9 +99,20 @@ def _verdict(ctx: PageContext, progress: pd.DataFrame, named: list[int]) -> None
     if named:
         st.error(
             f"Suspect rank(s) {', '.join(map(str, named))}: behind their peers and blocked in no "
-            "collective or send/recv, so they never entered the one the others wait in. Their "
-            "stacks (below) say where they are."
+            "collective or send/recv, so they never entered the one the others wait in. "
+            + _where_they_are(named, dumps)
         )
+
+
+def _where_they_are(named: list[int], dumps: pd.DataFrame | None) -> str:
+    """What the stack dumps say of the suspects: where to look, or that there are none."""
+    if dumps is None or dumps.empty:
+        return "No stack dumps were taken, so where they are is not known."
+    dumped = {int(r) for ranks in dumps["ranks"] for r in str(ranks).split(",") if r.strip()}
+    have = [r for r in named if r in dumped]
+    if not have:
+        return "The stack dumps (below) hold none of them."
+    return f"Their stacks (below: rank(s) {', '.join(map(str, have))}) say where they are."
 
 
 def _stall(ctx: PageContext, snap) -> bool:
@@ -120,19 +136,9 @@ def _stall(ctx: PageContext, snap) -> bool:
     return True
 
 
-def _ago(seconds: float) -> str:
-    if seconds < 120:
-        return f"{max(seconds, 0):.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def _stacks(ctx: PageContext) -> None:
-    from ranksight.ui.data import stacks
-
+def _stacks(groups: pd.DataFrame | None) -> None:
+    """The aggregated stack dumps (``data.stacks.aggregated_stacks``), or why none."""
     st.subheader("Stacks")
-    groups = stacks.aggregated_stacks(cache.store_for(ctx.url), ctx.run)
     if groups is None:
         st.info("No stack dumps for this run (this store has no stacks table).")
         return

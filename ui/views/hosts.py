@@ -9,7 +9,7 @@ import streamlit as st
 from ranksight.ui import cache
 from ranksight.ui.context import PageContext
 from ranksight.ui.data.hosts import load_hosts
-from ranksight.ui.figures.hosts import hosts_figure
+from ranksight.ui.figures.hosts import hidden_count, hosts_figure
 
 
 def render(ctx: PageContext) -> None:
@@ -24,11 +24,14 @@ def render(ctx: PageContext) -> None:
             "No collector data for this run (no GPU, NIC or host samples from its hosts during the run; start the node agent with collectors to record them)."
         )
         return
-    st.plotly_chart(
-        hosts_figure(data.gpu, data.nic, data.host, data.steps, data.t0),
-        width="stretch",
-        key="hosts_chart",
-    )
+    fig = hosts_figure(data.gpu, data.nic, data.host, data.steps, data.t0)
+    st.plotly_chart(fig, width="stretch", key="hosts_chart")
+    hidden, lines = hidden_count(fig)
+    if hidden:
+        st.caption(
+            f"{hidden} of {lines} lines are zero throughout and hidden (greyed in the legend; "
+            "click one to show it)."
+        )
     st.subheader("Throttle reasons and ECC")
     if data.gpu.empty:
         st.caption("No GPU samples (no NVML on these hosts, or no GPU collector running).")

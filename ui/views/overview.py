@@ -11,6 +11,7 @@ import streamlit as st
 from ranksight.analyzer import Finding
 from ranksight.ui import cache
 from ranksight.ui.context import PageContext, link_button
+from ranksight.ui.data.onsets import STOPPED, finding_step, onset_marks
 from ranksight.ui.data.overview import flops_of
 from ranksight.ui.figures.overview import HEIGHT, overview_figure
 from ranksight.ui.guard import NoData
@@ -28,16 +29,25 @@ def render(ctx: PageContext) -> None:
             _findings(ctx)
             return
         raise NoData(f"Run {run.run_id} has no step records yet; this page fills in as steps land.")
-    onsets = {
-        f.culprit_rank: int(f.evidence.get("onset_step", 0))
-        for f in run.findings
-        if f.culprit_rank >= 0
-    }
+    marks = onset_marks(run.findings, cache.last_steps(ctx.url, run, ctx.mark))
     st.echarts_chart(
-        overview_figure(series, onsets), width="stretch", height=HEIGHT, key="overview_chart"
+        overview_figure(series, marks), width="stretch", height=HEIGHT, key="overview_chart"
     )
+    st.caption(_stagger_note(series))
     st.caption(_flops_note(ctx, series))
     _findings(ctx)
+
+
+def _stagger_note(series: pd.DataFrame) -> str:
+    """Why the slowest rank's own step runs below the job's step time, with this run's
+    median gap (ms)."""
+    gap = (series["step_ms"] - series["slowest_rank_ms"]).median()
+    return (
+        "Step time: the first rank's start to the last rank's end. A rank's own step (its "
+        "start to its end) is never longer: the slowest one runs below by how far the "
+        f"ranks' starts and ends are staggered (median {gap:.0f} ms here; pipeline stages "
+        "start one after another)."
+    )
 
 
 def _flops_note(ctx: PageContext, series: pd.DataFrame) -> str:
@@ -81,7 +91,8 @@ def _tail(ctx: PageContext, series: pd.DataFrame) -> pd.DataFrame:
 
 
 def _headline(ctx: PageContext, series: pd.DataFrame) -> None:
-    run, cols = ctx.run, st.columns(7)
+    run = ctx.run
+    cols = st.columns(4) + st.columns(4)  # two lines: a value never cut at 1,280 px
     shape = run.shape
     cols[0].metric("status", ctx.status or str(run.row.get("status")))
     cols[1].metric("world size", int(run.row.get("world_size") or len(run.ranks)))
@@ -106,31 +117,36 @@ def _findings(ctx: PageContext) -> None:
             "No culprit found in the latest analysis (or the run was not analyzed yet: ranksight report --run RUN)."
         )
         return
+    last = cache.last_steps(ctx.url, run, ctx.mark)
     for i, f in enumerate(run.findings):
         with st.container(border=True):
             st.markdown(
                 f"**{i + 1}. {f.kind}: {f.who()}, {f.cause}** — impact {f.impact_pct:.1f}%, confidence {f.confidence:.2f}"
             )
             st.write(f.summary)
-            cols = st.columns(4)
-            with cols[0]:
-                link_button("Evidence", ctx.sel, f"ev{i}", finding=i)
-            with cols[1]:
-                link_button("Heatmap", ctx.sel, f"hm{i}", page="heatmap", rank=f.culprit_rank)
-            with cols[2]:
-                onset = int(f.evidence.get("onset_step", 0))
-                link_button(
-                    "Timeline",
-                    ctx.sel,
-                    f"tl{i}",
-                    page="timeline",
-                    rank=f.culprit_rank,
-                    step=onset + 1,
-                )
-            with cols[3]:
-                link_button("Mesh", ctx.sel, f"me{i}", page="mesh", rank=f.culprit_rank)
+            _links(ctx, i, f, finding_step(f, last))
             if ctx.sel.finding == i:
                 evidence(f)
+
+
+def _links(ctx: PageContext, i: int, f: Finding, step: int | None) -> None:
+    """Buttons to the pages that show finding ``i``: its evidence, the heatmap, the
+    timeline at the step it starts at (``step``, see ``data.onsets``), the mesh, and
+    for a hang or crash the Hang page."""
+    stopped = f.kind in STOPPED
+    cols = st.columns(5 if stopped else 4)
+    rank = f.culprit_rank if f.culprit_rank >= 0 else None
+    with cols[0]:
+        link_button("Evidence", ctx.sel, f"ev{i}", finding=i)
+    with cols[1]:
+        link_button("Heatmap", ctx.sel, f"hm{i}", page="heatmap", rank=rank)
+    with cols[2]:
+        link_button("Timeline", ctx.sel, f"tl{i}", page="timeline", rank=rank, step=step)
+    with cols[3]:
+        link_button("Mesh", ctx.sel, f"me{i}", page="mesh", rank=rank)
+    if stopped:
+        with cols[4]:
+            link_button("Hang", ctx.sel, f"hg{i}", page="hang", rank=rank)
 
 
 def evidence(f: Finding) -> None:

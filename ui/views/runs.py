@@ -19,7 +19,7 @@ def render(ctx: PageContext) -> None:
     left, right = st.columns([2, 3])
     search = left.text_input("Search run id", key="runs_search", placeholder="part of a run id")
     statuses = right.multiselect("Status", STATUSES, default=list(STATUSES), key="runs_status")
-    frame = cache.runs_table(ctx.url, search, ctx.cfg.hang_after_s)
+    frame = cache.runs_table(ctx.url, search, ctx.cfg.hang_after_s, ctx.cfg.stopped_after_s)
     if frame.empty and not search:
         raise NoData(
             f"No runs in this store yet ({redact(ctx.url)}). Start one with: ranksight demo "

@@ -11,6 +11,10 @@ from ranksight.ui.context import PageContext, go
 from ranksight.ui.figures.timeline import timeline_figure
 from ranksight.ui.guard import NoData
 
+UNFINISHED = ("running", "hung", "stopped", "crashed")
+"""Statuses of a run whose last step may have rows of its phases and collectives but no
+step row: the step it is in, hung in, or died in."""
+
 
 def default_step(ctx: PageContext, span: tuple[int, int]) -> int:
     """The selected step, else the step after the top finding's onset, else the last."""
@@ -31,6 +35,8 @@ def render(ctx: PageContext) -> None:
         raise NoData(
             f"Run {run.run_id} has no step records yet; the timeline fills in as steps land."
         )
+    if ctx.status in UNFINISHED:  # the step in progress (or the one it hung in) too
+        span = (span[0], span[1] + 1)
     c1, c2, c3 = st.columns(3)
     step = c1.number_input("Step", span[0], span[1], value=default_step(ctx, span), step=1)
     window = c2.number_input(
@@ -50,9 +56,17 @@ def render(ctx: PageContext) -> None:
             f"No phase or collective records for steps {steps[0]}..{steps[1]} of run {run.run_id}."
         )
     members = _chosen_instance(ctx, steps, tl.origin_ns)
-    st.plotly_chart(timeline_figure(tl, members), width="stretch", key="timeline_chart")
+    marked = tuple(run.culprits)
+    fig = timeline_figure(tl, members, marked)
+    st.plotly_chart(fig, width="stretch", key="timeline_chart")
     st.caption(
-        f"{len(tl.ranks)} of {len(run.ranks)} ranks, in {sel.order} order around rank {rank}. "
+        f"{len(tl.ranks)} of {len(run.ranks)} ranks, in {sel.order} order around rank {rank}"
+        + (
+            f"; ★ marks the culprit{'s' if len(marked) > 1 else ''} of the findings"
+            if marked
+            else ""
+        )
+        + ". Hatched bars ran past the window's end (or never ended) and are cut there. "
         "Drag to zoom, double-click to reset, shift-drag to pan. Times are each host's realtime clock."
     )
 
