@@ -7,12 +7,14 @@ take instead (``importer/kineto.py``, ``importer/logs/read.py``)."""
 from __future__ import annotations
 
 import io
+import re
 import zlib
 
 from ranksight.words import counted
 
 GZIP_MAGIC = b"\x1f\x8b"
 _READ = 1 << 16
+_LINE = re.compile(r"[^\n]*\n|[^\n]+")
 
 
 class TooBig(ValueError):
@@ -82,3 +84,29 @@ def _inflate(f, path: str, limit: int, why: str) -> tuple[bytes, str]:
     if d is not None:
         return bytes(out), "the gzip file is damaged (it ends before its end-of-stream marker)"
     return bytes(out), ""
+
+
+class Lines:
+    """The lines of a binary stream as text (UTF-8, bad bytes replaced; ``\\r\\n`` and a
+    lone ``\\r`` end a line too, as in Python's text mode), none longer than ``max_line``
+    bytes: a longer line gives its first ``max_line`` bytes and the rest is skipped
+    (counted in :attr:`cut`), so that a file of one 1 GiB line takes ``max_line``."""
+
+    def __init__(self, stream, max_line: int) -> None:
+        self.stream, self.max_line = stream, max_line
+        self.cut = 0
+        """Lines cut to ``max_line`` bytes."""
+
+    def __iter__(self):
+        readline, most = self.stream.readline, self.max_line
+        while line := readline(most):
+            if len(line) == most and not line.endswith(b"\n"):
+                self.cut += 1
+                while (more := readline(most)) and not more.endswith(b"\n"):
+                    pass
+            text = line.decode("utf-8", "replace")
+            if "\r" not in text:
+                yield text
+                continue
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+            yield from _LINE.findall(text)

@@ -263,13 +263,11 @@ def _salvage_json(text: str, problems: list[str], exc: Exception) -> tuple[dict,
 
 def normalize_entry(raw: dict) -> dict | None:
     """One entry in the ``fr_entries`` shape (without run/rank/host/source), every value of
-    its column's type; None if it lacks ``record_id``, ``profiling_name`` or
-    ``time_created_ns`` (or the first or last is no integer)."""
+    its column's type (a number past it, or of no number, unknown: -1, times 0); None if
+    it lacks ``record_id``, ``profiling_name`` or ``time_created_ns``."""
     if any(raw.get(k) is None for k in _REQUIRED):
         return None
-    record, created = _int(raw["record_id"], None), _int(raw["time_created_ns"], None)
-    if record is None or created is None:
-        return None
+    record, created = _int(raw["record_id"], -1), _int(raw["time_created_ns"], 0)
     op = _text(raw["profiling_name"])
     pg = raw.get("process_group") or ("", "")
     pg_name, pg_desc = (
@@ -313,7 +311,7 @@ def normalize_entry(raw: dict) -> dict | None:
     }
 
 
-def _int(value: Any, default: int | None) -> int | None:
+def _int(value: Any, default: int) -> int:
     """``value`` as an Int64 (:func:`~ranksight.store.fit.fit_int`), ``default`` where it
     is missing or no integer (text, a list, inf)."""
     if value is None or isinstance(value, (list, tuple, dict, set)):

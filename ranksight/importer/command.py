@@ -43,14 +43,21 @@ def import_cmd(
     store: str = typer.Option(
         None, "--store", help="store URL (default $RANKSIGHT_STORE or ./.ranksight/store)"
     ),
-    memory_mb: int = typer.Option(512, "--memory-mb", min=16, help="memory budget, MiB"),
+    memory_mb: int = typer.Option(
+        512, "--memory-mb", min=16,
+        help="memory budget, MiB: a dump or py-spy file read whole may inflate to a 32nd of "
+        "it, one trace event take a 16th (at least 1 MiB); a log line is cut at 1 MiB; a "
+        "file past its limit is named and not read",
+    ),  # fmt: skip
     progress: bool = typer.Option(None, help="progress bar (default: when stderr is a terminal)"),
     report: bool = typer.Option(True, help="analyze the run and print the report"),
     format: str = typer.Option("text", help="report format: text, json or markdown"),
 ) -> None:
     """Import what a job left behind into a run and report on it (exit 3: a fault found,
     0: none in what was read (undecided), 2: a usage error or a path that does not exist,
-    1: nothing could be imported)."""
+    1: nothing could be imported). A file that cannot be read is named on one line
+    ('error: could not import PATH (KIND): why') and the rest are imported: the exit code
+    is then the report's on what was imported (3 or 0)."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
     from ranksight import report as rep

@@ -39,11 +39,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ranksight.collectors.bounded import mib
 from ranksight.store.fit import fit_int, fit_rank
 from ranksight.words import counted
 
 from .rows import Rows, group_id, norm_op, parse_ranks, ranks_text
 
+_BETWEEN = re.compile(r"[ \t\r\n,]*")
 STEP = re.compile(r"^ProfilerStep#(\d{1,9})$")
 TIME_LIMIT_US = 9e15
 """Largest ``ts``/``dur`` (µs) taken: what int64 nanoseconds hold (year 2255); an event
@@ -130,6 +132,7 @@ def events(
     compressed size for ``.gz``). Raises TraceError for a file that is not a Kineto trace
     or is truncated (after yielding the events before the damage)."""
     stream, raw = open_stream(path)
+    most = max(chunk, 1 << 20)  # one event, or the keys before the events, at most this
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     dec = json.JSONDecoder()
     last = 0
@@ -152,18 +155,20 @@ def events(
             m = re.search(r'"traceEvents"\s*:\s*\[', buf)
             if m:
                 break
-            if eof or len(buf) > 64 << 20:
-                raise TraceError("no 'traceEvents' list: not a Kineto trace")
+            if eof or len(buf) > most:
+                raise TraceError(
+                    f"no 'traceEvents' list in its first {mib(most)}: not a Kineto trace"
+                )
             piece = more()
             eof = not piece
             buf += piece
         head = buf[: m.start()].rstrip().rstrip(",")
         top = _loads(head + "}" if head.strip() != "{" else "{}")
-        pos, buf = 0, buf[m.end() :]
+        pos, buf, consumed = 0, buf[m.end() :], m.end()
         while True:
-            while pos < len(buf) and buf[pos] in " \t\r\n,":
-                pos += 1
+            pos = _BETWEEN.match(buf, pos).end()
             if pos >= len(buf) - 1 and not eof:
+                consumed += pos
                 buf = buf[pos:] + more()
                 pos, eof = 0, False if len(buf) else True
                 if not buf:
@@ -176,9 +181,16 @@ def events(
             try:
                 obj, end = dec.raw_decode(buf, pos)
             except ValueError:
+                if len(buf) - pos > most:
+                    raise TraceError(
+                        f"an event longer than {mib(most)} (the read chunk: a sixteenth of "
+                        "the memory budget, at least 1 MiB) at character "
+                        f"{consumed + pos:,}: not read"
+                    ) from None
                 piece = more() if not eof else ""
                 if not piece:
                     raise TraceError("the file ends inside 'traceEvents' (truncated)") from None
+                consumed += pos
                 buf = buf[pos:] + piece
                 pos = 0
                 continue
@@ -186,6 +198,7 @@ def events(
             if isinstance(obj, dict):
                 yield obj
             if pos > chunk:
+                consumed += pos
                 buf, pos = buf[pos:], 0
         tail = buf[pos + 1 :]
         while piece := more():

@@ -189,6 +189,8 @@ class ImportState:
         self.kinds: set[str] = set()
         self.seen: dict[tuple[str, int], str] = {}
         self.marks: dict[str, int] = {}
+        self.held = (0, 0)
+        """Events held (text logs, py-spy) before the file being read."""
         self.done = 0
         self.total = 0
         self.ranks: dict[int, dict] = {}
@@ -217,13 +219,14 @@ class ImportState:
         rank = rank_from_path(art.path)
         size = os.path.getsize(art.path)
         self.marks = {t: len(r) for t, r in self.rows.tables.items()}
+        self.held = (len(self.log_events), len(self.silent_logs))
         self.shown = art.name
+        reader.mark()
         try:
             message, rank = reader.read(art.path, rank)
             if rank is not None and reader.one_per_rank:
                 first = self.seen.setdefault((art.kind, rank), art.name)
                 if first != art.name:
-                    self._drop_last(reader)
                     raise ValueError(
                         f"rank {rank} was already imported from {first}: a second {art.kind} "
                         "file of one rank (another job? import it under its own --run)"
@@ -231,6 +234,7 @@ class ImportState:
         except StoreError:
             raise
         except (ValueError, OSError, EOFError) as exc:
+            self._drop_last(reader)
             self.progress(size if art.kind != "kineto" else 0, art.path)
             return FileResult(art.name, art.kind, False, f"{art.kind}: {exc}", rank)
         except Exception as exc:  # noqa: BLE001 - a bad file is named and skipped, never fatal
@@ -247,9 +251,11 @@ class ImportState:
         return FileResult(art.name, art.kind, True, message, rank)
 
     def _drop_last(self, reader: Format) -> None:
-        """Forget what the file just read added (a duplicate rank)."""
+        """Forget what the file just read added (a duplicate rank, a reader's error)."""
         for t, rows in self.rows.tables.items():
             del rows[self.marks.get(t, 0) :]
+        del self.log_events[self.held[0] :]
+        del self.silent_logs[self.held[1] :]
         reader.forget_last()
 
     def flush_if_full(self) -> None:

@@ -10,6 +10,7 @@ artifact is an error for that file.
 
 from __future__ import annotations
 
+import bz2
 import dataclasses
 import gzip
 import lzma
@@ -54,10 +55,8 @@ def head_of(path: str) -> bytes:
                 return g.read(HEAD)
         except (OSError, EOFError):
             try:
-                import zlib
-
-                return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data)
-            except Exception:  # noqa: BLE001 - nothing readable
+                return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, HEAD)
+            except zlib.error:
                 return b""
     return data
 
@@ -86,15 +85,35 @@ def sniff(path: str) -> tuple[str | None, str]:
 
 
 def is_archive(path: str) -> bool:
-    """A tar (plain, gzip, bzip2 or xz) or zip archive, by content whatever its name; a
-    zip written by ``torch.save`` (a checkpoint: ``*/data.pkl``) is none."""
+    """A tar (plain, gzip, bzip2 or xz) or zip archive, by content whatever its name, told
+    from the file's first 64 KiB and, for a zip, its end record: a tar's first header says
+    ``ustar`` (POSIX and GNU tar; a pre-POSIX v7 tar is read as no archive); a zip written
+    by ``torch.save`` (a checkpoint: ``*/data.pkl``) is none. A file of zeros is no
+    archive (tarfile would read it as an empty one, and read all of it)."""
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as z:
                 return not any(n.endswith("/data.pkl") or n == "data.pkl" for n in z.namelist())
-        return tarfile.is_tarfile(path)
-    except (OSError, EOFError, zipfile.BadZipFile, tarfile.TarError):
+        with open(path, "rb") as f:
+            data = f.read(HEAD)
+    except (OSError, EOFError, zipfile.BadZipFile):
         return False
+    return _first_block(path, data)[257:262] == b"ustar"
+
+
+def _first_block(path: str, data: bytes) -> bytes:
+    """The first 512 bytes of the tar inside ``data`` (a file's first 64 KiB), inflated
+    if it starts as gzip, bzip2 or xz."""
+    try:
+        if data[:2] == b"\x1f\x8b":
+            return head_of(path)[:512]
+        if data[:3] == b"BZh":
+            return bz2.BZ2Decompressor().decompress(data, max_length=512)
+        if data[:6] == b"\xfd7zXZ\x00":
+            return lzma.LZMADecompressor().decompress(data, max_length=512)
+    except (OSError, EOFError, ValueError, lzma.LZMAError):
+        return b""
+    return data[:512]
 
 
 def extract(path: str, into: str) -> str:

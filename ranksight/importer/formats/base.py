@@ -13,8 +13,9 @@ A format is a class with:
   artifact;
 - ``finish(result)``: once every file is read, the rows that need all files (group
   members, merges, who was silent);
-- ``forget_last()``: drop what the last ``read`` held outside ``state.rows`` (a file
-  refused after reading: a second file of one rank);
+- ``mark()``, ``forget_last()``: before each ``read``, remember what is held outside
+  ``state.rows``; drop back to it (a file refused during or after reading: a second
+  file of one rank, a reader's error);
 - ``one_per_rank``: a second file of one rank is refused (another job's file).
 """
 
@@ -47,5 +48,8 @@ class Format:
     def finish(self, result: ImportResult) -> None:
         """Rows that need every file of this format."""
 
+    def mark(self) -> None:
+        """Remember what is held outside ``state.rows`` before a :meth:`read`."""
+
     def forget_last(self) -> None:
-        """Drop what the last :meth:`read` held outside ``state.rows``."""
+        """Drop what the last :meth:`read` held outside ``state.rows`` (back to :meth:`mark`)."""

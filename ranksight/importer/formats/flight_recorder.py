@@ -27,6 +27,7 @@ class FlightRecorder(Format):
         collectives are merged into them (``formats/kineto.py``, :mod:`..merge`)."""
         self.ranks: set[int] = set()
         self._mark = 0
+        self._unknown: dict[str, int] = {}
 
     @staticmethod
     def recognize(head: bytes, text: str) -> str | None:
@@ -65,7 +66,6 @@ class FlightRecorder(Format):
             for r in rows.tables.get(table, []):
                 (held if r.get("group_ranks") == "" else keep).append(r)
             rows.tables[table] = keep
-        self._mark = len(self.held)
         if st.hold_fr:
             self.held.extend(rows.tables.pop("collectives", []))
         st.rows.merge(rows)
@@ -79,9 +79,16 @@ class FlightRecorder(Format):
         note = f"schema {dump.version or '?'}, {counted(len(dump.entries), 'entry', 'entries')}"
         return (f"{note}: {problems}" if problems else note), dump.rank
 
+    def mark(self) -> None:
+        """Where the next dump's held collectives and rows of unknown members start."""
+        self._mark = len(self.held)
+        self._unknown = {t: len(r) for t, r in self.unknown.tables.items()}
+
     def forget_last(self) -> None:
-        """Drop the last dump's held collectives."""
+        """Drop the last dump's held collectives and rows of unknown members."""
         del self.held[self._mark :]
+        for t, rows in self.unknown.tables.items():
+            del rows[self._unknown.get(t, 0) :]
 
     def finish(self, result) -> None:
         """Members of groups no dump listed: every rank with a dump."""

@@ -22,6 +22,7 @@ class Kineto(Format):
     def __init__(self, state) -> None:
         super().__init__(state)
         self.traces: list[kineto.KinetoRank] = []
+        self._mark = 0
         self.names: dict[int, str] = {}
         """id(trace) -> how messages name its file (a trace failing at the end is named)."""
 
@@ -57,10 +58,13 @@ class Kineto(Format):
         )
         return (note + ": " + "; ".join(trace.problems)) if trace.problems else note, trace.rank
 
+    def mark(self) -> None:
+        """How many traces are held before the next read."""
+        self._mark = len(self.traces)
+
     def forget_last(self) -> None:
-        """Drop the last trace."""
-        if self.traces:
-            self.traces.pop()
+        """Drop the trace the last read added, if it added one."""
+        del self.traces[self._mark :]
 
     def finish(self, result) -> None:
         """Every trace's rows, one at a time (each let go once written), with the Flight

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ranksight.collectors.bounded import mib
 from ranksight.words import counted, span
 
 from .. import logs
@@ -42,7 +43,8 @@ class TextLog(Format):
         any rank, global, local or of a group (a number in a file name never overrides
         the rank written in the line)."""
         st = self.state
-        events = logs.read_file(path, st.shown)
+        cut: list[int] = []
+        events = logs.read_file(path, st.shown, cut)
         named = sorted({e.rank for e in events if e.rank >= 0})
         says_rank = any(e.rank >= 0 or e.group_rank >= 0 or (e.local_rank >= 0 and not _device(e))
                         for e in events)  # fmt: skip
@@ -63,7 +65,8 @@ class TextLog(Format):
                 kinds[e.kind] += e.count
         said = ", ".join(counted(n, *WORDS[k]) for k, n in kinds.most_common())
         who = f" (ranks {span(named)})" if len(named) > 1 else ""
-        return said + who, one
+        long = f"; {counted(cut[0], 'line')} over {mib(logs.LINE_BYTES)} cut to it" if cut[0] else ""
+        return said + who + long, one
 
     def finish(self, result) -> None:
         """The ``log_events`` rows (with the presence of silent ranks' files, when other

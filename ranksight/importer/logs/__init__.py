@@ -13,6 +13,8 @@ from __future__ import annotations
 import gzip
 from collections.abc import Callable, Iterable
 
+from ranksight.collectors.bounded import Lines
+
 from . import (
     desync,
     exceptions,
@@ -100,16 +102,25 @@ def read_lines(
     return events[:MAX_EVENTS]
 
 
-def read_file(path: str, shown: str = "") -> list[Event]:
-    """:func:`read_lines` of the text file at ``path`` (gzip or not; bad bytes replaced).
-    Raises OSError if it cannot be read."""
+LINE_BYTES = 1 << 20
+"""Longest line read (bytes): a longer one is cut to it (a 1 GiB line takes 1 MiB)."""
+
+
+def read_file(path: str, shown: str = "", cut: list[int] | None = None) -> list[Event]:
+    """:func:`read_lines` of the text file at ``path`` (gzip or not; bad bytes replaced;
+    each line at most :data:`LINE_BYTES`, the number of longer lines cut appended to
+    ``cut``). Raises OSError if it cannot be read."""
     with open(path, "rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
     opener = gzip.open if gz else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        widths = wrap_widths(f)  # a first pass: the width a terminal wrapped the file at
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        return read_lines(f, shown or path, widths)
+    with opener(path, "rb") as f:  # a first pass: the width a terminal wrapped the file at
+        widths = wrap_widths(Lines(f, LINE_BYTES))
+    with opener(path, "rb") as f:
+        lines = Lines(f, LINE_BYTES)
+        events = read_lines(lines, shown or path, widths)
+    if cut is not None:
+        cut.append(lines.cut)
+    return events
 
 
 def says_something(events: list[Event]) -> bool:
@@ -120,6 +131,7 @@ def says_something(events: list[Event]) -> bool:
 __all__ = [
     "FAULT_KINDS",
     "Event",
+    "LINE_BYTES",
     "LINE_FORMATS",
     "LogLine",
     "read_file",
