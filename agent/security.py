@@ -24,3 +24,22 @@ def secure_spool_dir(path: str) -> None:
         )
     if stat.S_IMODE(info.st_mode) & 0o077:
         os.chmod(path, 0o700)
+
+
+def untrusted_file(path: str) -> str:
+    """Why the file at ``path``, which a rank of this agent's user should have written (a
+    Flight Recorder dump), is not to be read, or "": the spool's owner rule for files. It
+    must be a regular file (no link: one in ``/tmp`` may point anywhere), owned by this
+    agent's uid, and writable by no one else (group or world: anyone could have written
+    it). OSError reads as a reason too."""
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        return f"cannot stat it: {exc.strerror or exc}"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file (a link, a FIFO or a device)"
+    if info.st_uid != os.getuid():
+        return f"owned by uid {info.st_uid}, not this agent's uid {os.getuid()}"
+    if stat.S_IMODE(info.st_mode) & 0o022:
+        return f"writable by others (mode {stat.S_IMODE(info.st_mode):o})"
+    return ""
