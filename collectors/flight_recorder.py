@@ -40,9 +40,9 @@ from .bounded import TooBig, inflate, read_bytes
 KNOWN_VERSIONS = tuple(f"2.{m}" for m in range(0, 11))
 """Schema versions whose key names this reader knows (torch's ``version_val``)."""
 
-DUMP_BYTES = 64 << 20
-"""Most bytes (decompressed) of one dump the node agent reads: a real dump of 2,000
-entries with stacks is 0.3 MB; parsing takes about 25 times a dump's size."""
+DUMP_BYTES = 8 << 20
+"""Most bytes (decompressed) of one dump the node agent reads (8 MiB): a real dump of
+2,000 entries with stacks is 0.3 MB; parsing takes about 25 times a dump's size."""
 BYTES_PER_ENTRY = 64
 """A real dump's pickle spends 130-560 bytes an entry; entries past one per this many
 bytes of the dump are not read (and said so)."""

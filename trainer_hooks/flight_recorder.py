@@ -8,6 +8,12 @@ one: it touches ``<spool_dir>/<run_id>/a<attempt>/fr-dump-request`` (:func:`requ
 and each rank's writer thread, which keeps running while training is stuck, writes the
 dump (pickle, torch's own format) to the same path torch would use, where the agent's
 Flight Recorder collector picks it up.
+
+Where the job sets no dump path (neither ``TORCH_FR_DUMP_TEMP_FILE`` nor
+``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``), torch's default is ``/tmp/nccl_trace_rank_``, a folder
+every user may write to; the hooks then set ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` to a
+``0700`` folder of the run, ``<run_dir>/fr/nccl_trace_rank_`` (:func:`private_prefix`;
+torch reads it when it first writes a dump), where the agent finds dumps of that run.
 """
 
 from __future__ import annotations
@@ -22,6 +28,31 @@ from ranksight import env
 REQUEST_FILE = "fr-dump-request"
 DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
 """torch's default dump prefix."""
+
+
+PRIVATE_DIR = "fr"
+"""The run's dump folder under ``<spool>/<run_id>/a<attempt>/`` (the agent's
+``collectors/fr_ingest.py`` looks there)."""
+
+
+def private_prefix(run_dir: str) -> str:
+    """Point torch's dumps at ``<run_dir>/fr/nccl_trace_rank_`` (made ``0700`` whatever the
+    umask, when the hooks create it) unless the job set a dump path; returns the prefix
+    now in force. Never raises: a folder that cannot be made leaves torch's default."""
+    if os.environ.get(env.TORCH_FR_DUMP_TEMP_FILE) or os.environ.get(
+        env.TORCH_NCCL_DEBUG_INFO_TEMP_FILE
+    ):
+        return dump_prefix()
+    folder = os.path.join(run_dir, PRIVATE_DIR)
+    try:
+        os.mkdir(folder, 0o700)
+        os.chmod(folder, 0o700)  # mkdir's mode is cut by the umask
+    except FileExistsError:
+        pass
+    except OSError:
+        return dump_prefix()
+    os.environ[env.TORCH_NCCL_DEBUG_INFO_TEMP_FILE] = os.path.join(folder, "nccl_trace_rank_")
+    return dump_prefix()
 
 
 def dump_prefix() -> str:
@@ -101,7 +132,7 @@ class DumpOnRequest:
 
     def __init__(self, run_dir: str, rank: int) -> None:
         self.request = os.path.join(run_dir, REQUEST_FILE)
-        self.path = f"{dump_prefix()}{rank}"
+        self.path = f"{private_prefix(run_dir)}{rank}"
         self._done_mtime = self._mtime()  # a request older than attach is not for us
         self.dumps = 0
         self.error = ""

@@ -22,6 +22,8 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 
+from ranksight.store.fit import fit_text
+
 HEAD = 1 << 16
 SIDE_FILES = ("meta",)
 
@@ -202,8 +204,8 @@ def _own_folder(real: str, skipped: set[str]) -> str:
 
 def printable(name: str) -> str:
     """``name`` (a path as the OS gave it, undecodable bytes as surrogates) as valid
-    UTF-8 text."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    UTF-8 text (:func:`~ranksight.store.fit.fit_text`)."""
+    return fit_text(name)
 
 
 def _one(path: str, workdir: str, named: bool) -> list[Artifact]:
