@@ -164,7 +164,7 @@ class Agent:
 
     def read_once(self) -> int:
         """Read the spool and seal what is new (several batches if over ``batch_rows``);
-        returns records accepted. A batch that cannot be written (the disk is full and
+        returns rows sealed (the spool's and :meth:`submit`'s). A batch that cannot be written (the disk is full and
         nothing buffered may be dropped) leaves its records in the spool, uncounted, for
         the next call."""
         if not self.config.keep_spool:
@@ -184,7 +184,7 @@ class Agent:
                 return total
             self._note_rejects(parsed)
             self.stats.accepted += from_spool
-            total += from_spool
+            total += parsed.count
             if self.tailer.lines_read < self.config.batch_rows:
                 return total
 
