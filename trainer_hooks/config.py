@@ -57,6 +57,8 @@ class HooksConfig:
     """On a CUDA rank, time collectives with CUDA events (``device_timing.py``)."""
 
     def __post_init__(self) -> None:
+        """Raises TypeError naming a field of the wrong type, ValueError one out of range."""
+        self._check_types()
         if self.level not in LEVELS:
             raise ValueError(f"hook level {self.level!r} is not one of {', '.join(LEVELS)}")
         if self.attempt < 0:
@@ -67,5 +69,35 @@ class HooksConfig:
             raise ValueError("max_buffered_records and spool_budget_bytes must be positive")
         if self.spool_segment_bytes < 4096:
             raise ValueError(f"spool_segment_bytes must be >= 4096, got {self.spool_segment_bytes}")
-        if self.flush_interval_s <= 0:
-            raise ValueError(f"flush_interval_s must be > 0, got {self.flush_interval_s}")
+        if not 0 < self.flush_interval_s <= MAX_FLUSH_INTERVAL_S:
+            raise ValueError(
+                f"flush_interval_s must be in (0, {MAX_FLUSH_INTERVAL_S}] seconds, "
+                f"got {self.flush_interval_s}"
+            )
+
+    def _check_types(self) -> None:
+        if isinstance(self.spool_dir, os.PathLike):
+            self.spool_dir = os.fspath(self.spool_dir)
+        for name, want in _TYPES.items():
+            value = getattr(self, name)
+            if type(value) not in want:
+                kinds = " or ".join(t.__name__ for t in want)
+                raise TypeError(
+                    f"{name} must be {kinds}, got {type(value).__name__}: {value!r:.60}"
+                )
+
+
+MAX_FLUSH_INTERVAL_S = 3600.0
+"""Longest writer-thread interval accepted, seconds (a longer one is a unit mistake)."""
+_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": (str,),
+    "attempt": (int,),
+    "level": (str,),
+    "spool_dir": (str,),
+    "max_buffered_records": (int,),
+    "spool_budget_bytes": (int,),
+    "spool_segment_bytes": (int,),
+    "flush_interval_s": (int, float),
+    "device_timing": (bool,),
+}
+"""The type each field must have (exactly: a bool is no count, a numpy number no int)."""

@@ -23,7 +23,6 @@ import os
 import socket
 import threading
 import time
-import warnings
 from typing import Any
 
 import psutil
@@ -41,33 +40,10 @@ from .device_timing import DeviceClock, DeviceTimer
 from .exits import ExitRecorder, crash_stack_path
 from .flight_recorder import DumpOnRequest
 from .gc_pauses import GcRecorder
+from .guard import SELF, Guard, guarded, warn
 from .spool import SpoolWriter, spool_path
+from .values import INT32, UINT32, UINT64, coordinates, name, real, whole
 from .waits import patch_async_waits, patch_work_wait
-
-_warned_device_value: list[bool] = []
-
-
-def _number(x: Any) -> float:
-    """``x`` as a float (a CPU 0-d tensor included); NaN for None or anything else. A
-    tensor on a GPU is not read (that would synchronize the device): NaN, and one
-    warning that says to pass a Python number."""
-    if x is None:
-        return math.nan
-    if getattr(getattr(x, "device", None), "type", "cpu") != "cpu":
-        if not _warned_device_value:
-            _warned_device_value.append(True)
-            warnings.warn(
-                "ranksight: a step value was given as a GPU tensor; reading it would "
-                "synchronize the device, so it is recorded as NaN: pass a Python number "
-                "(e.g. from your own .item())",
-                stacklevel=3,
-            )
-        return math.nan
-    try:
-        return float(x)
-    except (TypeError, ValueError, RuntimeError):
-        return math.nan
-
 
 KNOWN_BACKENDS = ("gloo", "nccl")
 """Backends the hooks are built and tested for; another one gets a warning at attach."""
@@ -106,12 +82,17 @@ class _Phase:
 
     def __init__(self, hooks: Hooks, name: str, microbatch: int, stage: int) -> None:
         self._hooks, self._name, self._microbatch, self._stage = hooks, name, microbatch, stage
+        self._t0, self._rec = 0, None
 
+    @property
+    def guard(self) -> Guard:
+        return self._hooks._guard
+
+    @guarded("phase enter", default=SELF)
     def __enter__(self) -> _Phase:
         h = self._hooks
         h._phase_stack.append(self._name)
         self._w0 = h._clock.total_ns
-        self._rec = None
         if h._device is not None and self._name in DEVICE_PHASES:
             try:
                 rec: dict[str, Any] = {}
@@ -122,10 +103,17 @@ class _Phase:
         self._t0 = time.time_ns()
         return self
 
+    @guarded("phase exit")
     def __exit__(self, *exc: object) -> None:
         t1 = time.time_ns()
         h = self._hooks
-        h._phase_stack.pop()
+        stack = h._phase_stack
+        if stack and stack[-1] == self._name:
+            stack.pop()
+        elif self._name in stack:  # phases not nested (exited in another order)
+            del stack[len(stack) - 1 - stack[::-1].index(self._name)]
+        if not self._t0:  # its enter failed (counted there)
+            return
         rec = h._phase_record(self._name, self._t0, t1, h._clock.total_ns - self._w0,
                               self._microbatch, self._stage)  # fmt: skip
         if self._rec is not None:
@@ -144,26 +132,39 @@ class _Step:
     __slots__ = ("_hooks", "_step", "_t0", "loss", "tokens", "lr", "grad_norm")
 
     def __init__(self, hooks: Hooks, step: int) -> None:
-        self._hooks, self._step = hooks, step
+        self._hooks, self._step, self._t0 = hooks, step, 0
         self.loss, self.tokens, self.lr, self.grad_norm = math.nan, 0, math.nan, math.nan
 
+    @property
+    def guard(self) -> Guard:
+        return self._hooks._guard
+
+    @guarded("step set")
     def set(
         self,
         *,
         loss: float | None = None,
-        tokens: int = 0,
+        tokens: int | None = None,
         lr: float | None = None,
         grad_norm: float | None = None,
+        **others: Any,
     ) -> None:
         """Record this step's loss (None where this rank has none), tokens processed by
         this rank, learning rate, and the gradient norm (the total norm the script
-        computed, e.g. ``clip_grad_norm_``'s return value; None where it has none). A
-        value that is not a number is recorded as NaN, never raised."""
-        self.loss = _number(loss)
-        self.tokens = int(tokens)
-        self.lr = _number(lr)
-        self.grad_norm = _number(grad_norm)
+        computed, e.g. ``clip_grad_norm_``'s return value; None where it has none).
+        Never raises: a value that is not a number (``tokens``: not a whole number
+        >= 0) is recorded as NaN (``tokens``: 0), with one warning per field
+        (:mod:`.values`); a keyword it does not know is dropped the same way."""
+        g = self._hooks._guard
+        self.loss = real(g, "loss", loss)
+        self.tokens = whole(g, "tokens", tokens, UINT64, 0)
+        self.lr = real(g, "lr", lr)
+        self.grad_norm = real(g, "grad_norm", grad_norm)
+        for key, value in others.items():
+            g.dropped(f"step value {key}", value, "is not one ranksight records "
+                      "(loss, tokens, lr, grad_norm)")  # fmt: skip
 
+    @guarded("step enter", default=SELF)
     def __enter__(self) -> _Step:
         self._hooks._step = self._step
         self._t0 = time.time_ns()
@@ -171,28 +172,31 @@ class _Step:
             self._hooks._blackbox.set_step(self._step, self._t0)
         return self
 
+    @guarded("step exit")
     def __exit__(self, exc_type: object, *exc: object) -> None:
         t1 = time.time_ns()
         h = self._hooks
-        if exc_type is not None:  # the step did not complete: no step record (its loss was
-            return  # never set); how the rank ended (in this step) goes to rank_ends
-        h._put(
-            {
-                "t": "steps",
-                "step": self._step,
-                "start_ns": self._t0,
-                "end_ns": t1,
-                "loss": self.loss,
-                "tokens": self.tokens,
-                "lr": self.lr,
-                "rss_bytes": h._rss(),
-                "grad_norm": self.grad_norm,
-                **h._gpu_memory(),
-            }
-        )
-        h._log.drain()
-        h._put_stats()
-        h._step = -1
+        if exc_type is not None or not self._t0:  # the step did not complete: no step
+            return  # record (its loss was never set); how the rank ended goes to rank_ends
+        try:
+            h._put(
+                {
+                    "t": "steps",
+                    "step": self._step,
+                    "start_ns": self._t0,
+                    "end_ns": t1,
+                    "loss": self.loss,
+                    "tokens": self.tokens,
+                    "lr": self.lr,
+                    "rss_bytes": h._rss(),
+                    "grad_norm": self.grad_norm,
+                    **h._gpu_memory(),
+                }
+            )
+            h._log.drain()
+            h._put_stats()
+        finally:
+            h._step = -1
 
 
 class Hooks:
@@ -211,7 +215,35 @@ class Hooks:
         meta: dict[str, Any] | None = None,
     ) -> None:
         self.config = config
+        self._guard = Guard()
         self._counter: DispatchCounter | None = None
+        self._mode: DispatchRecorder | None = None
+        self._spool: SpoolWriter | None = None
+        self._undo: list[Any] = []
+        try:
+            self._start(mesh, mesh_shape, meta)
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        """Undo what a failed start installed (patches, signal handlers, threads)."""
+        for mode in (self._counter, self._mode):
+            try:
+                if mode is not None:
+                    mode.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - undo the rest
+                pass
+        for undo in reversed(self._undo):
+            try:
+                undo()
+            except Exception:  # noqa: BLE001 - undo the rest
+                pass
+        if self._spool is not None:
+            self._spool.close()
+
+    def _start(self, mesh: Any, mesh_shape: Any, meta: Any) -> None:
+        config, g = self.config, self._guard
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self._step = -1
@@ -232,17 +264,17 @@ class Hooks:
             tick=self._progress,
         )
         if self._spool.error:
-            warnings.warn(f"ranksight: {self._spool.error}; records will be dropped", stacklevel=3)
+            warn(f"ranksight: {self._spool.error}; records will be dropped", stacklevel=5)
         backend = str(dist.get_backend()).lower()
         if not any(b in backend for b in KNOWN_BACKENDS):
-            warnings.warn(
+            warn(
                 f"ranksight: process-group backend {backend!r} is not one ranksight knows "
                 f"({', '.join(KNOWN_BACKENDS)}): its collectives are recorded where the "
                 "training code issues them (host times; no Flight Recorder)",
-                stacklevel=3,
+                stacklevel=5,
             )
         self._fr = DumpOnRequest(os.path.dirname(path), self.rank)
-        mesh = mesh or {}
+        mesh = coordinates(g, "mesh", mesh, -1)
         self._put(
             {
                 "t": "ranks",
@@ -260,7 +292,7 @@ class Hooks:
         )
         self._run_record = None
         if self.rank == 0:
-            shape = mesh_shape or {}
+            shape = coordinates(g, "mesh_shape", mesh_shape, 1)
             self._run_record = {
                 "t": "runs",
                 "created_ns": time.time_ns(),
@@ -268,14 +300,7 @@ class Hooks:
                 "dp": int(shape.get("dp", 1)),
                 "tp": int(shape.get("tp", 1)),
                 "pp": int(shape.get("pp", 1)),
-                "meta_json": json.dumps(
-                    {
-                        **(meta or {}),
-                        "flight_recorder": self._fr.meta(),
-                        "hook_level": config.level,
-                    },
-                    default=str,
-                ),
+                "meta_json": _meta_json(g, meta, self._fr.meta(), config.level),
             }
             self._put_run("running")
         self._log = CollectiveLog(self._put, self._context, self._clock)
@@ -283,7 +308,7 @@ class Hooks:
         try:
             self._log.blackbox = self._blackbox = BlackBox(blackbox_path(path, self.rank))
         except OSError as e:
-            warnings.warn(f"ranksight: no black box for rank {self.rank}: {e}", stacklevel=3)
+            warn(f"ranksight: no black box for rank {self.rank}: {e}", stacklevel=5)
         self._device_errors = 0
         """Phases whose CUDA events failed (recorded with host times instead)."""
         self._device = self._device_timer() if config.device_timing else None
@@ -291,7 +316,7 @@ class Hooks:
         if self._device is not None:
             self._device.on_resolved = self._log.device_completed
             self._device.on_poll = self._log.poll_device
-        self._undo = [
+        self._undo += [
             patch_work_wait(self._log),
             patch_async_waits(self._log),
             patch_api(self._log),
@@ -304,8 +329,8 @@ class Hooks:
             self._end_on_exit, crash_stack_path(path, self.rank), self._note_on_signal
         )
         self._undo.append(self._exits.install())
-        self._mode = DispatchRecorder(self._log) if config.level == "detailed" else None
-        if self._mode is not None:
+        if config.level == "detailed":
+            self._mode = DispatchRecorder(self._log)
             self._mode.__enter__()
         if os.environ.get(env.VERIFY_COUNTS) == "1":
             self._counter = DispatchCounter()
@@ -376,7 +401,7 @@ class Hooks:
                 return None
             timer = DeviceTimer(self._put, DeviceClock(torch.cuda, torch.cuda.current_device()))
         except Exception as e:  # no device timing is not a reason to stop training
-            warnings.warn(f"ranksight: no CUDA-event timing: {e}", stacklevel=4)
+            warn(f"ranksight: no CUDA-event timing: {e}", stacklevel=6)
             return None
         timer.start_thread()
         return timer
@@ -437,20 +462,30 @@ class Hooks:
 
     # ------------------------------------------------------------------ public API
     @property
+    def guard(self) -> Guard:
+        """What went wrong inside the hooks so far (:mod:`.guard`)."""
+        return self._guard
+
+    @property
     def run_id(self) -> str:
         """The run id records are tagged with."""
         return self.config.run_id
 
     @property
     def stats(self) -> dict[str, int]:
-        """``records`` written, ``dropped`` records, bookkeeping ``errors`` so far."""
+        """``records`` written, ``dropped`` records (``lost``: of those, records that went
+        to a spool file deleted under the hooks), bookkeeping ``errors``, ``bad_values``
+        the script gave that were not recorded (:mod:`.values`), ``collectives`` seen."""
         return {
             "records": self._spool.records,
             "dropped": self._spool.dropped,
-            "errors": self._log.errors + self._device_errors,
+            "lost": self._spool.lost,
+            "errors": self._log.errors + self._device_errors + self._guard.errors,
+            "bad_values": sum(self._guard.bad_values.values()),
             "collectives": self._log.issued,
         }
 
+    @guarded("record_phase")
     def record_phase(
         self,
         name: str,
@@ -464,8 +499,16 @@ class Hooks:
         """Record a phase already timed elsewhere: host realtime ``start_ns``..``end_ns``
         (ns, ``time.time_ns()`` clock), ``wait_ns`` of it blocked on collectives, in the
         current step. :meth:`phase` is the usual way; this is for phases known only once
-        they are over (e.g. the automatic attach's forward)."""
-        self._put(self._phase_record(name, start_ns, end_ns, wait_ns, microbatch, stage))
+        they are over (e.g. the automatic attach's forward). A time that is not a whole
+        number of ns >= 0 drops the record (one warning per field)."""
+        g, times = self._guard, []
+        for field, value in (("start_ns", start_ns), ("end_ns", end_ns), ("wait_ns", wait_ns)):
+            times.append(whole(g, f"record_phase {field}", value, (0, INT64_MAX), -1))
+        label = name if type(name) is str else self._name("record_phase name", name)
+        if label is None or min(times) < 0:
+            return
+        mb, st = self._index("microbatch", microbatch), self._index("stage", stage)
+        self._put(self._phase_record(label, times[0], times[1], times[2], mb, st))
 
     def _phase_record(
         self, name: str, start_ns: int, end_ns: int, wait_ns: int, microbatch: int, stage: int
@@ -481,41 +524,67 @@ class Hooks:
             "wait_ns": int(wait_ns),
         }
 
+    def _index(self, field: str, x: Any) -> int:
+        """A microbatch or stage index: a whole number >= -1 (-1: none)."""
+        return x if type(x) is int and -1 <= x <= INT32[1] else whole(
+            self._guard, field, x, (-1, INT32[1]), -1)  # fmt: skip
+
+    def _name(self, field: str, x: Any) -> str | None:
+        return name(self._guard, field, x)
+
     @property
     def blocked_ns(self) -> int:
         """Host time this rank has spent blocked waiting for collectives so far (ns)."""
         return self._clock.total_ns
 
+    @guarded("step", default=lambda: NoopHooks._NULL)
     def step(self, step: int) -> _Step:
-        """Context manager around one training step (``step`` counts from 0)."""
-        return _Step(self, step)
+        """Context manager around one training step (``step`` counts from 0). A step
+        number that is not a whole number in 0..2^32-1 is dropped with one warning: the
+        step is then not recorded (its phases and collectives still are)."""
+        number = whole(self._guard, "step", step, UINT32, -1)
+        if number >= 0:
+            return _Step(self, number)
+        if step is None:
+            self._guard.dropped("step", step, "is not a step number")
+        return NoopHooks._NULL
 
+    @guarded("phase", default=lambda: NoopHooks._NULL)
     def phase(self, name: str, *, microbatch: int = -1, stage: int = -1) -> _Phase:
         """Context manager around one phase: ``data_wait``, ``forward``, ``backward``,
-        ``optimizer``, ``checkpoint`` (any name is accepted)."""
-        return _Phase(self, name, microbatch, stage)
+        ``optimizer``, ``checkpoint`` (any name is accepted; a non-str through ``str()``).
+        ``microbatch`` / ``stage``: indices, -1 for none."""
+        label = name if type(name) is str else self._name("phase name", name)
+        if label is None:
+            return NoopHooks._NULL
+        return _Phase(self, label, self._index("microbatch", microbatch),
+                      self._index("stage", stage))  # fmt: skip
 
+    @guarded("instrument_pipeline_stage")
     def instrument_pipeline_stage(self, stage: Any) -> None:
         """Time every ``forward_one_chunk`` / ``backward_one_chunk`` of a
         ``torch.distributed.pipelining.PipelineStage`` as forward / backward phases with
-        the microbatch and stage index."""
+        the microbatch and stage index. Something else: one warning, nothing timed."""
         from .pipeline import instrument_stage
 
         instrument_stage(self, stage)
 
+    @guarded("instrument_ddp")
     def instrument_ddp(self, model: Any) -> None:
         """Make a DistributedDataParallel model's bucket all_reduces visible to the
         default level (installs the stock all_reduce comm hook), and the time backward
-        waits for them at its end visible as blocked time. Raises TypeError for a model
-        that is not DDP."""
+        waits for them at its end visible as blocked time. A model that is not DDP: one
+        warning, nothing installed."""
         instrument_ddp(model, self._log)
 
+    @guarded("close", default=lambda: dict(NoopHooks.stats))
     def close(self, status: str = "finished") -> dict[str, int]:
         """Stop recording, write what is buffered, and (rank 0) mark the run ``status``.
         Returns :attr:`stats`. Safe to call twice."""
         if self._closed:
             return self.stats
         self._closed = True
+        status = self._name("close status", status) or "finished"
         for mode in (self._counter, self._mode):
             if mode is not None:
                 try:
@@ -523,13 +592,32 @@ class Hooks:
                 except Exception:  # the mode stack may have been unwound by the script
                     pass
         for undo in reversed(self._undo):
-            undo()
+            try:
+                undo()
+            except Exception as e:  # noqa: BLE001 - undo the rest, then finish
+                self._guard.failed("close", e)
         self._finish(status, "finished", 0, "")
         if self._counter is not None:
             path = os.path.join(os.path.dirname(self._spool.path), f"counts-rank{self.rank}.json")
             write_counts(path, dict(self._hook_counts), dict(self._hook_ops), self._counter)
         _detach()
         return self.stats
+
+
+INT64_MAX = (1 << 63) - 1
+
+
+def _meta_json(g: Guard, meta: Any, flight_recorder: Any, level: str) -> str:
+    """The run's ``meta_json``: ``meta`` (values JSON cannot hold through ``str()``),
+    the Flight Recorder's settings and the hook level. A ``meta`` that is not a mapping
+    or cannot be serialized (keys that are not strings, a cycle) is dropped."""
+    base = {"flight_recorder": flight_recorder, "hook_level": level}
+    if meta is not None:
+        try:
+            return json.dumps({**dict(meta), **base}, default=str)
+        except Exception as e:  # noqa: BLE001 - the run is still recorded
+            g.dropped("meta", meta, f"cannot be stored as JSON ({type(e).__name__}: {e})")
+    return json.dumps(base, default=str)
 
 
 def _device_name() -> str:
@@ -550,7 +638,10 @@ class NoopHooks:
     """Same API as :class:`Hooks`, records nothing (level ``off``, or attach failed)."""
 
     run_id = ""
-    stats: dict[str, int] = {"records": 0, "dropped": 0, "errors": 0, "collectives": 0}
+    blocked_ns = 0
+    stats: dict[str, int] = {
+        "records": 0, "dropped": 0, "lost": 0, "errors": 0, "bad_values": 0, "collectives": 0,
+    }  # fmt: skip
 
     class _Null:
         def __enter__(self):
@@ -559,7 +650,7 @@ class NoopHooks:
         def __exit__(self, *exc: object) -> None:
             return None
 
-        def set(self, **kw: Any) -> None:
+        def set(self, *args: Any, **kw: Any) -> None:
             return None
 
     _NULL = _Null()
@@ -572,6 +663,9 @@ class NoopHooks:
         """No-op phase context."""
         return self._NULL
 
+    def record_phase(self, *args: Any, **kw: Any) -> None:
+        """Does nothing."""
+
     def instrument_pipeline_stage(self, stage: Any) -> None:
         """Does nothing."""
 
@@ -580,7 +674,7 @@ class NoopHooks:
 
     def close(self, status: str = "finished") -> dict[str, int]:
         """Does nothing."""
-        return self.stats
+        return dict(self.stats)
 
 
 _ATTACHED: Hooks | None = None
@@ -605,22 +699,36 @@ def attach(
     the mesh size per axis, ``meta`` anything to keep with the run (rank 0's copy is
     stored: config, injected faults). ``config_kw`` are :class:`HooksConfig` fields.
 
-    Never raises for a misuse that training can survive: attached twice returns the
-    existing hooks with a warning; attached before ``init_process_group`` or at level
-    ``off`` returns :class:`NoopHooks`. Raises ValueError for an invalid config value.
+    Never raises: attached twice returns the existing hooks with a warning; attached
+    before ``init_process_group``, at level ``off``, with an invalid config value (the
+    warning names it) or when attaching fails returns :class:`NoopHooks` (a warning says
+    why): training goes on, unrecorded.
     """
+    try:
+        return _attach(mesh, mesh_shape, meta, config, config_kw)
+    except Exception as e:  # noqa: BLE001 - never the job's error
+        warn(f"ranksight: attach failed ({type(e).__name__}: {e}); nothing will be "
+             "recorded, training goes on", stacklevel=2)  # fmt: skip
+        return NoopHooks()
+
+
+def _attach(
+    mesh: Any, mesh_shape: Any, meta: Any, config: Any, config_kw: dict[str, Any]
+) -> Hooks | NoopHooks:
     global _ATTACHED
-    cfg = config or HooksConfig(**config_kw)
+    cfg = config if config is not None else HooksConfig(**config_kw)
+    if not isinstance(cfg, HooksConfig):
+        raise TypeError(f"config must be a HooksConfig, got {type(cfg).__name__}")
     if cfg.level == "off":
         return NoopHooks()
     if _ATTACHED is not None:
-        warnings.warn("ranksight hooks are already attached; reusing them", stacklevel=2)
+        warn("ranksight hooks are already attached; reusing them", stacklevel=3)
         return _ATTACHED
     if not dist.is_available() or not dist.is_initialized():
-        warnings.warn(
+        warn(
             "ranksight.attach() called before torch.distributed.init_process_group(); "
             "nothing will be recorded (call attach after init_process_group)",
-            stacklevel=2,
+            stacklevel=3,
         )
         return NoopHooks()
     if config is None and "run_id" not in config_kw and not os.environ.get(env.RUN_ID):
@@ -649,9 +757,9 @@ def shared_run_id(mine: str, timeout_s: float = 60.0) -> str:
         store.wait([RUN_ID_KEY], datetime.timedelta(seconds=timeout_s))
         return store.get(RUN_ID_KEY).decode()
     except Exception as e:  # noqa: BLE001 - a run id of its own beats a stopped job
-        warnings.warn(
+        warn(
             f"ranksight: could not read rank 0's run id ({e}); this rank records under "
             f"{mine}: set RANKSIGHT_RUN_ID to one id for every rank",
-            stacklevel=3,
+            stacklevel=4,
         )
         return mine

@@ -66,6 +66,7 @@ class SpoolWriter:
         self._tick, self._tick_interval = tick, tick_interval_s
         self.records = 0
         self.dropped = 0
+        self.lost = 0
         self.error: str | None = None
         self._buf: collections.deque[dict[str, Any]] = collections.deque()
         self._max = max_buffered

@@ -30,9 +30,12 @@ def patch_work_wait(log: CollectiveLog) -> Callable[[], None]:
             return original(work, *a, **k)
         finally:
             dt = time.time_ns() - t0
-            if not getattr(local, "in_api", False):
-                clock.total_ns += dt
-            log.waited_on_work(work, dt)
+            try:  # bookkeeping: never replaces what the wait returned or raised
+                if not getattr(local, "in_api", False):
+                    clock.total_ns += dt
+                log.waited_on_work(work, dt)
+            except Exception as e:  # noqa: BLE001
+                log.note_error(e)
 
     _C.Work.wait = wait
 
@@ -63,7 +66,7 @@ def patch_async_waits(log: CollectiveLog) -> Callable[[], None]:
                 return original(t, *a, **k)
             finally:
                 local.in_wait = False
-                log.waited_on_tensor(t.elem, t0, time.time_ns())
+                _waited(log, t.elem, t0)
 
         return wait
 
@@ -80,7 +83,7 @@ def patch_async_waits(log: CollectiveLog) -> Callable[[], None]:
             return original_wait_tensor(tensor, *a, **k)
         finally:
             local.in_wait = False
-            log.waited_on_tensor(tensor, t0, time.time_ns())
+            _waited(log, tensor, t0)
 
     funcol.wait_tensor = wait_tensor
 
@@ -90,3 +93,12 @@ def patch_async_waits(log: CollectiveLog) -> Callable[[], None]:
         funcol.wait_tensor = original_wait_tensor
 
     return undo
+
+
+def _waited(log: CollectiveLog, tensor: object, t0: int) -> None:
+    """``log.waited_on_tensor`` from a ``finally``: a bookkeeping error is counted, never
+    raised over what the wait returned or raised."""
+    try:
+        log.waited_on_tensor(tensor, t0, time.time_ns())
+    except Exception as e:  # noqa: BLE001
+        log.note_error(e)
