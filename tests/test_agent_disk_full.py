@@ -92,6 +92,7 @@ def test_a_full_disk_drops_the_oldest_counts_once_and_recovers(
     stored, unique = steps_stored(store)
     assert stored == unique, "no step stored twice"
     assert stored + agent.stats.dropped == total
+    print(f"written {total}, stored {stored}, dropped {agent.stats.dropped}, accepted {total}")
     assert agent.stats.dropped == written - rows, "nothing dropped once space was back"
     assert not os.listdir(small_disk / "batches")
 
