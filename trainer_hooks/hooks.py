@@ -39,6 +39,7 @@ from .config import HooksConfig
 from .device_timing import DeviceClock, DeviceTimer
 from .exits import ExitRecorder, crash_stack_path
 from .flight_recorder import DumpOnRequest
+from .folders import spool_root_problem
 from .gc_pauses import GcRecorder
 from .guard import SELF, Guard, guarded, warn
 from .spool import SpoolWriter, spool_path
@@ -254,6 +255,9 @@ class Hooks:
         self._closed = False
         header = {"run_id": config.run_id, "attempt": config.attempt, "rank": self.rank}
         path = spool_path(config.spool_dir, config.run_id, config.attempt, self.rank)
+        problem = spool_root_problem(config.spool_dir)
+        if problem:
+            warn(f"ranksight: {problem}", stacklevel=5)
         self._spool = SpoolWriter(
             path,
             header,

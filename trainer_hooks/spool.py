@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .folders import make_private_dirs
 from .spool_format import SUFFIX, encode, end_frame, header_frame
 
 HEADER_TABLE = "_header"
@@ -88,7 +89,7 @@ class SpoolWriter:
     def _open(self, path: str) -> int | None:
         """Create segment ``path`` with its header frame; None (and :attr:`error`) if not."""
         try:
-            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            make_private_dirs(os.path.dirname(path))
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             head = header_frame({**self._header, "segment": self._segment})
             os.write(fd, head)
