@@ -10,6 +10,13 @@ watcher then dumps every local rank of that run with py-spy at once (trigger
 seen — once per stall: again only after the run has progressed in between. It also asks
 the run's ranks for a Flight Recorder dump (``trainer_hooks.flight_recorder``), which the
 ``fr`` collector ingests.
+
+A rank whose process is stopped (state ``T``: SIGSTOP, SIGTSTP; ``t``: held by a
+debugger; read from ``/proc/PID/stat`` through psutil) writes nothing, as a dead one
+would, but it is alive: the watcher writes a ``stacks`` row with trigger ``stopped``
+(``ok`` 0, the state in ``summary``) when it sees the stop, and one with trigger
+``continued`` when it runs again, so the analysis can tell a stopped rank (a hang) from a
+crashed one. A stopped rank is never dumped with py-spy (attaching to it could resume it).
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+
+import psutil
 
 from ranksight.collectors.base import Collector, NodeContext, Rows
 from ranksight.collectors.local_ranks import LocalRank, LocalRanks
@@ -52,6 +61,8 @@ class StallWatcher(Collector):
         self._seen: dict[str, tuple[int, float]] = {}
         """Per spool file: offset read up to, and when the rank last made progress."""
         self._dumped: set[tuple[str, int]] = set()
+        self._stopped: dict[str, str] = {}
+        """Spool file -> the stopped state its rank was last seen in."""
 
     def open(self) -> None:
         """Find py-spy; raises Unavailable without it."""
@@ -78,15 +89,39 @@ class StallWatcher(Collector):
     def collect(self, now_ns: int) -> Rows:
         """``stacks`` rows of every run that newly stalled."""
         ranks = self.local_ranks.get()
+        rows = self.state_changes(ranks, now_ns)
         stuck = self.stalled(ranks, time.monotonic())
         self._dumped &= stuck  # a run that moved again may be dumped at its next stall
-        rows = []
         for run in sorted(stuck - self._dumped):
             self._dumped.add(run)
             mine = [lr for lr in ranks if (lr.run_id, lr.attempt) == run]
             self._request_fr_dump(mine)
-            rows.extend(self.taker.take(mine, "no_progress"))
+            running = [lr for lr in mine if lr.spool_path not in self._stopped]
+            rows.extend(self.taker.take(running, "no_progress"))
         return {"stacks": rows}
+
+    def state_changes(self, ranks: list[LocalRank], now_ns: int) -> list[dict]:
+        """``stacks`` rows (trigger ``stopped`` / ``continued``) for the ranks whose
+        process stopped or ran again since the last look."""
+        rows, seen = [], set()
+        for lr in ranks:
+            seen.add(lr.spool_path)
+            state, was = stopped_state(lr.pid), self._stopped.get(lr.spool_path)
+            if state and not was:
+                self._stopped[lr.spool_path] = state
+                rows.append(self._state_row(lr, now_ns, "stopped", state))
+            elif was and not state:
+                del self._stopped[lr.spool_path]
+                rows.append(self._state_row(lr, now_ns, "continued", f"running again ({was})"))
+        for path in set(self._stopped) - seen:
+            del self._stopped[path]
+        return rows
+
+    def _state_row(self, lr: LocalRank, now_ns: int, trigger: str, summary: str) -> dict:
+        return {"run_id": lr.run_id, "attempt": lr.attempt, "rank": lr.rank,
+                "host": self.ctx.host, "pid": lr.pid, "ts_ns": now_ns, "trigger": trigger,
+                "native": 0, "ok": 0, "error": "", "threads": 0, "summary": summary,
+                "stack_json": "", "took_ms": 0.0}  # fmt: skip
 
     @staticmethod
     def _request_fr_dump(ranks: list[LocalRank]) -> None:
@@ -99,6 +134,22 @@ class StallWatcher(Collector):
                 request_dump(run_dir)
             except OSError as exc:
                 log.warning("cannot ask %s for a Flight Recorder dump: %s", run_dir, exc)
+
+
+STOPPED_STATES = {
+    psutil.STATUS_STOPPED: "state T: stopped by a signal (SIGSTOP, SIGTSTP)",
+    psutil.STATUS_TRACING_STOP: "state t: stopped by a debugger (ptrace)",
+}
+"""psutil's process status -> what it means, for the states of a stopped, live process."""
+
+
+def stopped_state(pid: int) -> str:
+    """What stops process ``pid`` (:data:`STOPPED_STATES`), or ``""`` if it runs, sleeps
+    or is gone. Reads ``/proc/PID/stat`` (psutil)."""
+    try:
+        return STOPPED_STATES.get(psutil.Process(pid).status(), "")
+    except psutil.Error:
+        return ""
 
 
 HEARTBEAT = b'{"t":"progress"'

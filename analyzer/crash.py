@@ -35,10 +35,18 @@ ORDER BY ts_ns
 """
 
 CRASH_STACKS = """
-SELECT rank, argMax(summary, ts_ns) AS crash_stack
-FROM stacks WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND trigger = 'crash'
+SELECT rank, argMaxIf(summary, ts_ns, trigger = 'crash') AS crash_stack,
+       maxIf(ts_ns, trigger = 'stopped') AS stopped_ns,
+       argMaxIf(summary, ts_ns, trigger = 'stopped') AS stopped_state,
+       maxIf(ts_ns, trigger = 'continued') AS continued_ns
+FROM stacks WHERE run_id = %(run_id)s AND attempt = %(attempt)s
+  AND trigger IN ('crash', 'stopped', 'continued')
 GROUP BY rank
 """
+"""Per rank: the Python stack written on a fatal signal (``crash_stack``, "" if none),
+and the agent's view of its process state (``agent/stall.py``): when it was last seen
+stopped (``stopped_ns``, 0 never) and in which state, and when it last ran again
+(``continued_ns``, 0 never)."""
 
 TEARDOWN_SIGNALS = (15, 2)
 """SIGTERM, SIGINT: how launchers stop the surviving ranks (not a cause)."""
@@ -122,14 +130,27 @@ def rank_ends(ends: pd.DataFrame, last_seen: pd.Series, last_step: pd.Series) ->
 def find_crash(
     ends: pd.DataFrame, last_seen: pd.Series, last_step: pd.Series, run_status: str
 ) -> CrashReport | None:
-    """The crash in a run that is over, or None (a finished run, no abnormal end, or no
-    end known for any rank while the run still runs)."""
+    """The crash in a run that is over, or None (a finished run, no abnormal end, no end
+    known for any rank while the run still runs, or, while it runs, every end clean but
+    for ranks whose records merely stopped and whose process no one saw end: their ends
+    may still be on the way)."""
     if run_status == "finished" or last_seen.empty:
         return None
     merged = rank_ends(ends, last_seen, last_step)
     if ends.empty and run_status == "running":
         return None  # a live run without ends: the hang analysis judges it
     abnormal = [e for e in merged.values() if e.abnormal]
+    boxed = set(ends.loc[ends["source"] == "agent", "rank"].astype(int)) if not ends.empty else ()
+    ended = [e for e in merged.values() if e.how != "gone"]
+    if (
+        run_status == "running"
+        and all(e.how in ("finished", "exit") for e in ended)
+        and all(e.how == "gone" and e.code == -1 and e.rank not in boxed for e in abnormal)
+    ):
+        # live, every end recorded so far clean: a rank without one, whose process no one
+        # saw end, may be ending now (its last records not stored yet); its own end, the
+        # agent's look at its black box, or the launcher's end decides
+        return None
     if not abnormal:
         return None
     roots = [e for e in abnormal if e.root_cause]

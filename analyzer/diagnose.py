@@ -13,8 +13,8 @@ from .crash import CrashReport, crash_finding, find_crash
 from .findings import Finding
 from .gpu_causes import refine_gpu_cause
 from .groups import group_axes, group_names
-from .hang import find_hang
-from .hang_finding import hang_finding
+from .hang import find_hang, recovered_stalls, stopped_now
+from .hang_finding import hang_finding, recovered_finding
 from .imbalance import imbalance_findings
 from .impact import can_measure, checked_impacts
 from .imported import is_imported, postmortem, replay_impacts
@@ -130,7 +130,9 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
         return Analysis(data.run_id, data.attempt, logged + findings, 0, 0.0, notes + more)
     if data.ranks.empty or data.steps.empty:
         notes.append("no step records in the analyzed steps: nothing to analyze")
-        return Analysis(data.run_id, data.attempt, [], 0, 0.0, notes)
+        early = None if imported else _crash(data)  # died before recording a step
+        found = [] if early is None else [_early_crash(early, data)]
+        return Analysis(data.run_id, data.attempt, found, 0, 0.0, notes)
     coords = _coords(data.ranks)
     st = step_times(data.steps)
     analyzed = st.sort_index().iloc[cfg.skip_steps :]
@@ -183,8 +185,17 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
     elif data.run.get("status") != "finished" and not data.progress.empty:
         report = find_hang(data.progress, int(data.steps["end_ns"].max()))
         if report is not None:
+            names = group_names(data.groups, coords)
+            stopped = stopped_now(data.crash_stacks)
             findings = _with_hang(
-                findings, hang_finding(report, coords, group_names(data.groups, coords))
+                findings, hang_finding(report, coords, names, stopped, data.stacks)
+            )
+    if crashed is None and not imported and not any(f.kind == "hang" for f in findings):
+        window = data.steps[data.steps["step"].isin(analyzed.index)]
+        for stall in recovered_stalls(window)[:MAX_STALLS]:  # the hangs it got over
+            findings = _with_hang(
+                findings,
+                recovered_finding(stall, coords, data.crash_stacks, totals, float(analyzed.sum())),
             )
     if stopped or any(f.kind == "hang" for f in findings):
         findings = _beside_the_stop(findings, notes)
@@ -239,16 +250,33 @@ def stage_peers(coords: pd.DataFrame, rank: int, limit: int = MAX_PEERS) -> list
     return [int(r) for r in same]
 
 
+MAX_STALLS = 3
+"""Recovered stalls reported of one run (the longest first would need a sort: they are
+rare; the first three in step order)."""
+
+
+def _early_crash(report: CrashReport, data: RunData) -> Finding:
+    """The crash of a job that ended before any rank recorded a step (died before the
+    hooks attached, or in its first step): from the launcher's and the ranks' ends."""
+    cols = ["dp", "tp", "pp", "host"]
+    coords = _coords(data.ranks) if not data.ranks.empty else pd.DataFrame(columns=cols)
+    return crash_finding(report, coords, data.progress, data.crash_stacks)
+
+
 def _crash(data: RunData) -> CrashReport | None:
     """The crash in ``data`` (analyzer/crash.py), from its rank ends and last records."""
     if data.ends.empty and data.run.get("status") == "running":
         return None
-    seen = data.steps.groupby("rank")["end_ns"].max()
+    seen = data.steps.groupby("rank")["end_ns"].max() if not data.steps.empty else pd.Series()
     if not data.progress.empty:
         seen = (
             pd.concat([seen, data.progress.groupby("rank")["seen_ns"].max()]).groupby(level=0).max()
         )
-    last_step = data.steps.groupby("rank")["step"].max()
+    if not data.ends.empty:  # a rank known only from its end (no step, no snapshot)
+        seen = seen.combine_first(data.ends.groupby("rank")["ts_ns"].min())
+    last_step = (
+        data.steps.groupby("rank")["step"].max() if not data.steps.empty else pd.Series()
+    )
     if not data.progress.empty and "at_step" in data.progress.columns:  # the step it was in
         last_step = (
             pd.concat([last_step, data.progress.groupby("rank")["at_step"].max()])

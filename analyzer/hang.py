@@ -134,3 +134,44 @@ def find_hang(
         return None
     roots = roots_of(edges, blocked, gone) or gone
     return HangReport(roots=roots, gone=gone, stalled_s=stalled_s, waits=edges, blocked=blocked)
+
+
+def stopped_now(states: pd.DataFrame) -> dict[int, str]:
+    """rank -> its stopped state, for the ranks the agent last saw stopped and not
+    running again since. ``states``: ``crash.CRASH_STACKS`` rows (``stopped_ns``,
+    ``stopped_state``, ``continued_ns``); empty or without them: none."""
+    if states.empty or "stopped_ns" not in states.columns:
+        return {}
+    now = states[(states["stopped_ns"] > 0) & (states["stopped_ns"] > states["continued_ns"])]
+    return {int(r.rank): str(r.stopped_state) for r in now.itertuples()}
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """A step during which the whole job stood still, then went on (a recovered hang)."""
+
+    step: int
+    start_ns: int
+    end_ns: int
+    median_ns: float
+    """The run's median job step (ns)."""
+
+
+STALL_TIMES = 10.0
+"""A recovered stall's step took at least this many times the median step (and at least
+``HangConfig.stall_s``): a step 10x the usual is no straggler's jitter."""
+
+
+def recovered_stalls(steps: pd.DataFrame, cfg: HangConfig | None = None) -> list[Stall]:
+    """Steps that took at least ``cfg.stall_s`` and :data:`STALL_TIMES` x the median job
+    step, on the job as a whole: from the first rank's start to the last rank's end.
+    ``steps``: rank, step, start_ns, end_ns (ns). The live analysis saw these as hangs;
+    once the job went on they are still the thing to report."""
+    cfg = cfg or HangConfig()
+    if steps.empty:
+        return []
+    job = steps.groupby("step").agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+    took = job["end_ns"] - job["start_ns"]
+    median = float(took.median())
+    long = job[(took >= cfg.stall_s * 1e9) & (took >= STALL_TIMES * median)]
+    return [Stall(int(s), int(r.start_ns), int(r.end_ns), median) for s, r in long.iterrows()]

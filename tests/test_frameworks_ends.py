@@ -1,0 +1,109 @@
+"""How a framework job stops, told right: a SIGSTOPped rank is a hang (it is alive:
+the agent reads state T), not a crash; the stall it caused stays a finding once the job
+recovered; a clean exit whose last records are still on the way is no crash; a job that
+died before the hooks attached is not clean when the launcher saw it fail."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from ranksight.agent.stall import StallWatcher, stopped_state
+from ranksight.analyzer.crash import find_crash
+from ranksight.collectors.base import NodeContext
+from ranksight.collectors.local_ranks import LocalRank
+from tests.frameworks import Job, described, torchrun
+from tests.outside_faults import rank_process
+
+S = 1_000_000_000
+
+
+def _ends(rows):
+    cols = ["rank", "source", "reason", "code", "detail", "last_step", "ts_ns"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def test_the_agent_sees_a_stopped_rank_and_when_it_runs_again(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        watcher = StallWatcher(NodeContext(host="n1", spool_dir=str(tmp_path)))
+        rank = LocalRank("run-s", 0, 1, proc.pid, str(tmp_path / "rank1"))
+        assert watcher.state_changes([rank], 1) == [] and stopped_state(proc.pid) == ""
+        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while not stopped_state(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        rows = watcher.state_changes([rank], 2)
+        assert [(r["rank"], r["trigger"], r["ok"], r["ts_ns"]) for r in rows] == [
+            (1, "stopped", 0, 2)
+        ]
+        assert rows[0]["summary"].startswith("state T")
+        assert watcher.state_changes([rank], 3) == [], "once per stop"
+        os.kill(proc.pid, signal.SIGCONT)
+        time.sleep(0.3)
+        assert [r["trigger"] for r in watcher.state_changes([rank], 4)] == ["continued"]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert stopped_state(proc.pid) == "", "a process that is gone is not stopped"
+
+
+def test_a_clean_exit_whose_last_records_are_on_the_way_is_no_crash():
+    clean = _ends([(r, "hooks", "exit", -1, "interpreter exit", 117, 100 * S) for r in (0, 2, 3)])
+    seen = pd.Series({0: 100 * S, 1: 99 * S, 2: 100 * S, 3: 100 * S})
+    steps = pd.Series({r: 117 for r in range(4)})
+    assert find_crash(clean, seen, steps, "running") is None  # rank 1's end not stored yet
+    report = find_crash(clean, seen, steps, "failed")  # the job is over: rank 1 never ended
+    assert report is not None and report.culprit.rank == 1
+    box = _ends([(1, "agent", "gone", -1, "the process ended without recording its end", 117,
+                  99 * S)])  # fmt: skip
+    report = find_crash(pd.concat([clean, box]), seen, steps, "running")
+    assert report is not None and report.culprit.rank == 1, "the agent saw its process end"
+
+
+@pytest.mark.e2e
+def test_a_job_that_died_before_attaching_is_a_crash_not_a_clean_run(tmp_path):
+    job = Job(str(tmp_path), torchrun(2, "ddp_job.py", "not-a-number"))
+    assert job.wait() != 0, job.output[-2000:]
+    found = job.analysis(save=True).findings
+    assert [(f.kind, f.cause) for f in found] == [("crash", "exit_code")], described(found)
+    assert found[0].culprit_rank in (0, 1) and "exited with code 2" in found[0].summary
+
+
+@pytest.mark.e2e
+def test_a_sigstopped_rank_is_a_hang_and_stays_a_finding_once_it_recovered(tmp_path):
+    config = tmp_path / "ranksight.toml"
+    config.write_text("[agent]\nstall_s = 5\n")
+    job = Job(str(tmp_path), torchrun(4, "ddp_job.py", "50", "--sleep-ms", "100"),
+              "--config", str(config))  # fmt: skip
+    victim = rank_process("ddp_job.py", 1)
+    job.detect(lambda fs: job.query(
+        "SELECT count() AS n FROM steps WHERE run_id = %(r)s")["n"][0] >= 20, 120, 1.0)  # fmt: skip
+    os.kill(victim.pid, signal.SIGSTOP)
+    try:
+        seconds, live = job.detect(
+            lambda fs: any(f.kind == "hang" and f.culprit_rank == 1 for f in fs), 90, 2.0
+        )
+        assert seconds is not None, described(live)
+        hang = next(f for f in live if f.kind == "hang")
+        assert hang.cause == "stopped", (hang.summary, hang.evidence)
+        assert "rank 1 " in hang.summary and "stopped (SIGSTOP, state T)" in hang.summary
+        assert "all_reduce" in hang.summary and "are blocked waiting" in hang.summary
+        assert hang.evidence["blocked"], hang.evidence  # the peers inside DDP's all_reduce
+    finally:
+        os.kill(victim.pid, signal.SIGCONT)
+    assert job.wait() == 0, job.output[-3000:]
+    final = job.analysis(save=True).findings
+    assert described(final)[0] == ("hang", "stopped", 1), described(final)
+    assert final[0].evidence["recovered"] and final[0].evidence["stalled_s"] >= 20, final[0]
+    stored = job.query(
+        "SELECT kind, cause, culprit_rank FROM findings WHERE run_id = %(r)s ORDER BY impact_pct DESC"
+    )
+    assert tuple(stored.iloc[0]) == ("hang", "stopped", 1), stored  # stored = reported
+    print(f"stopped rank: live hang in {seconds:.1f} s: {hang.summary} || final: {final[0].summary}")
