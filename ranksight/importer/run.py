@@ -236,7 +236,8 @@ class ImportState:
         except (ValueError, OSError, EOFError) as exc:
             self._drop_last(reader)
             self.progress(size if art.kind != "kineto" else 0, art.path)
-            return FileResult(art.name, art.kind, False, f"{art.kind}: {exc}", rank)
+            why = str(exc).replace(f"{art.path}: ", "")  # the line names the file already
+            return FileResult(art.name, art.kind, False, f"{art.kind}: {why}", rank)
         except Exception as exc:  # noqa: BLE001 - a bad file is named and skipped, never fatal
             self._drop_last(reader)
             self.progress(size if art.kind != "kineto" else 0, art.path)
