@@ -80,19 +80,19 @@ def hang_finding(
     ops = _ops_waiting_on(report, root, names)
     first = ops[0] if ops else {"op": "?", "seq": -1, "blocked_ranks": [], "group": ""}
     blocked = sorted(report.blocked)
-    how = {
-        "crash": "its process stopped reporting",
-        "stopped": f"its process is {stop_words(stopped.get(root, ''))}, alive",
-    }.get(cause, "it is alive but not inside any collective")
     entered = (
         f"never entered {first['op']} #{first['seq']}"
         f"{' of the ' + first['group'] if first['group'] else ''}"
         if ops
         else "is not inside the collective the others wait in"
     )
+    who = f"rank {root} (dp={c['dp']}, tp={c['tp']}, pp={c['pp']}, host {c['host']})"
+    what = {
+        "crash": f"{entered}; its process stopped reporting",
+        "stopped": f"is {stop_words(stopped.get(root, ''))}, alive: it {entered}",
+    }.get(cause, f"{entered}; it is alive but not inside any collective")
     summary = (
-        f"job hung for {report.stalled_s:.0f} s: rank {root} (dp={c['dp']}, tp={c['tp']}, "
-        f"pp={c['pp']}, host {c['host']}) {entered}; {how}; "
+        f"job hung for {report.stalled_s:.0f} s: {who} {what}; "
         f"{counted(len(blocked), 'rank')} ({span(blocked)}) "
         f"{'are' if len(blocked) != 1 else 'is'} blocked waiting"
     )

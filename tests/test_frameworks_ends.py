@@ -93,8 +93,9 @@ def test_a_sigstopped_rank_is_a_hang_and_stays_a_finding_once_it_recovered(tmp_p
         assert seconds is not None, described(live)
         hang = next(f for f in live if f.kind == "hang")
         assert hang.cause == "stopped", (hang.summary, hang.evidence)
-        assert "rank 1 " in hang.summary and "stopped (SIGSTOP, state T)" in hang.summary
-        assert "all_reduce" in hang.summary and "are blocked waiting" in hang.summary
+        assert f"rank 1 (dp=1, tp=0, pp=0, host {hang.host}) is stopped (SIGSTOP, state T), " \
+            "alive: it never entered all_reduce #" in hang.summary, hang.summary
+        assert "3 ranks (0,2,3) are blocked waiting" in hang.summary, hang.summary
         assert hang.evidence["blocked"], hang.evidence  # the peers inside DDP's all_reduce
     finally:
         os.kill(victim.pid, signal.SIGCONT)
