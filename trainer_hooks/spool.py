@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .folders import make_private_dirs
+from .guard import warn
 from .spool_format import SUFFIX, encode, end_frame, header_frame
 
 HEADER_TABLE = "_header"
@@ -43,7 +44,16 @@ class SpoolWriter:
     """Bounded, non-blocking record hand-off to a rank's spool segments.
 
     ``put(record)`` costs one deque append. ``records`` counts records written to the
-    spool, ``dropped`` counts records lost (buffer full, budget exhausted, write error).
+    spool, ``dropped`` counts records lost (buffer full, budget exhausted, write error,
+    ``lost``): ``records + dropped`` is every record put.
+
+    The open segment deleted under the writer (``rm -rf <spool_dir>/<run_id>``) is noticed
+    by the writer thread every ``check_interval_s`` (an ``fstat`` of the open file against
+    a ``stat`` of its path: unlinked, or another file there) and at close: the records
+    written to it since the previous check are moved from ``records`` to ``dropped`` and
+    counted in ``lost``, and the writer goes on in a new segment (its folders made again,
+    ``0700``, with a header frame). Records written before that check are not counted
+    lost: the agent may have read them.
     ``tick()``, if given, is called from the writer thread every ``tick_interval_s`` and its
     records are written too (progress snapshots that go on while training is stuck).
     ``budget_bytes`` bounds this process's segments on disk (segments the agent deleted
@@ -62,8 +72,12 @@ class SpoolWriter:
         segment_bytes: int = 64 << 20,
         tick: Callable[[], list[dict[str, Any]]] | None = None,
         tick_interval_s: float = 2.0,
+        check_interval_s: float = 1.0,
     ) -> None:
         self.path = path
+        self._check_interval = check_interval_s
+        self._next_check = time.monotonic() + check_interval_s
+        self._since_check = 0  # records written to the open segment since the last check
         self._tick, self._tick_interval = tick, tick_interval_s
         self.records = 0
         self.dropped = 0
@@ -116,6 +130,8 @@ class SpoolWriter:
         return self._size + sum(n for _, n in self._closed_segments)
 
     def _drain(self) -> None:
+        if time.monotonic() >= self._next_check:
+            self._check_segment()
         buf = self._buf
         records = [buf.popleft() for _ in range(len(buf))]
         if not records:
@@ -148,9 +164,39 @@ class SpoolWriter:
             return
         self._size += len(data)
         self.records += len(records)
+        self._since_check += len(records)
         self._segment_records += len(records)
         if self._size >= self._segment_bytes:
-            self._rotate()
+            self._check_segment()  # a deleted segment is counted before it is sealed
+            if self._size >= self._segment_bytes:
+                self._rotate()
+
+    def _check_segment(self) -> None:
+        """Is the open segment still the file at its path? If it was deleted, count what
+        was written to it since the last check as lost and open the next segment; if no
+        segment is open (opening failed), try again."""
+        self._next_check = time.monotonic() + self._check_interval
+        if self._fd is None:
+            if not self._closed:
+                self._rotate(seal=False)
+            return
+        if not _gone(self._fd, self.path):
+            self._since_check = 0
+            return
+        lost, self._since_check = self._since_check, 0
+        gone = self.path
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+        self._fd = None  # not a closed segment on disk: it is gone
+        self._rotate(seal=False)
+        self.error = (f"spool segment {gone} was deleted under the writer: {lost} records "
+                      f"written to it since the last check are lost; now writing {self.path}")  # fmt: skip
+        self.records -= lost
+        self.dropped += lost
+        self.lost += lost  # last: a reader that sees it sees the rest
+        warn(f"ranksight: {self.error}", stacklevel=1)  # from the writer thread; never raises
 
     def _rotate(self, seal: bool = True) -> None:
         """Close the open segment (with its end frame) and start the next one."""
@@ -161,6 +207,7 @@ class SpoolWriter:
         self._fd = self._open(os.path.join(directory, f"{prefix}-{self._segment:04d}{SUFFIX}"))
 
     def _close_segment(self, seal: bool = True) -> None:
+        self._since_check = 0
         if self._fd is None:
             return
         try:
@@ -204,7 +251,23 @@ class SpoolWriter:
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout_s)
+        self._next_check = 0.0  # a deletion since the last check is counted, not hidden
         self._drain()
         self._closed = True
         self._drain()  # a record put between the two drains
         self._close_segment()
+
+
+def _gone(fd: int, path: str) -> bool:
+    """Whether the file open as ``fd`` is no longer the one at ``path`` (unlinked, or
+    replaced). An error other than the path missing counts as not gone."""
+    try:
+        mine = os.fstat(fd)
+        if mine.st_nlink == 0:
+            return True
+        there = os.stat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return (mine.st_ino, mine.st_dev) != (there.st_ino, there.st_dev)
