@@ -119,3 +119,22 @@ def test_a_hooked_rank_goes_on_recording_after_its_run_folder_is_deleted(tmp_pat
     assert end == {"reason": "finished"}
     last = frames["hook_stats"].sort_values("ts_ns").iloc[-1]
     assert int(last["dropped"]) == stats["lost"]  # the stats the agent ships say so
+
+
+def test_a_segment_that_could_not_be_opened_is_tried_again(tmp_path):
+    root = tmp_path / "spool"
+    root.write_text("a file where the spool folder goes")
+    w = SpoolWriter(spool_path(str(root), "run-d", 0, 3), HEADER, max_buffered=10**6,
+                    budget_bytes=1 << 30, flush_interval_s=0.02,
+                    check_interval_s=0.2)  # fmt: skip
+    assert w.error and "cannot open spool file" in w.error
+    for r in _steps(0, 10):
+        w.put(r)
+    _until(lambda: w.dropped == 10)  # nowhere to write them
+    root.unlink()  # the obstacle goes
+    time.sleep(0.3)  # a check: the segment is opened
+    for r in _steps(10, 5):
+        w.put(r)
+    w.close()
+    assert (w.records, w.dropped) == (5, 10)
+    assert sorted(read_spool(str(root))["steps"]["step"]) == list(range(10, 15))
