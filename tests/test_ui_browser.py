@@ -90,7 +90,7 @@ def browser():
 def settle(page) -> None:
     """Wait until the app finished its script run: a heading drawn (every page has one;
     before it the page may be blank with no status widget yet), then no 'running'
-    status widget, and every table drawn (its grid loads after the page)."""
+    status widget, and every table's cells drawn (its grid loads after the page)."""
     page.wait_for_selector("[data-testid=stApp]", timeout=60_000)
     page.wait_for_selector("[data-testid=stMain] [data-testid=stHeading]", timeout=90_000)
     page.wait_for_function(
@@ -101,7 +101,8 @@ def settle(page) -> None:
 
 
 TABLES_DRAWN = """() => Array.from(document.querySelectorAll('[data-testid=stDataFrame]'))
-  .every((d) => d.querySelector('canvas'))"""
+  .every((d) => d.querySelector('canvas') && d.querySelector('[data-testid^=glide-cell]'))"""
+"""Every table's grid drawn with its cells (the pages' tables all have rows)."""
 
 
 def open_page(browser, base: str, query: str):

@@ -28,7 +28,8 @@ def overview_figure(series: pd.DataFrame, marks: list[tuple[int, str]]) -> dict:
     rank's own step time (ms, :data:`SLOWEST`); bottom: tokens/s and, on a second axis,
     MFU (%) where known, else the achieved model TFLOP/s where the FLOPs per token are
     known. ``marks`` are (step, label) of the findings' onsets, drawn as dashed lines
-    (labelled on the top panel). The numbers are ``dataset[0]`` (one row per step bin,
+    (labelled on the top panel; the x axis reaches the last of them: a hang's step has
+    no step rows). The numbers are ``dataset[0]`` (one row per step bin,
     columns ``step`` (first step of the bin), ``step time (ms)``, SLOWEST,
     ``tokens/s`` and ``MFU %`` or ``model TFLOP/s``); series 0 is the step time."""
     has_mfu = bool(series["mfu"].notna().any())
@@ -70,7 +71,8 @@ def overview_figure(series: pd.DataFrame, marks: list[tuple[int, str]]) -> dict:
     if second is not None:
         out.append(line(second, 1, 2, "%.2f", showSymbol=False))
     lower = "throughput (tokens/s)" + (f" and {second}" if second else "")
-    x = {"type": "value", "min": "dataMin", "max": "dataMax", "minInterval": 1}
+    last = max([int(data["step"].max()), *(int(step) for step, _ in marks)])
+    x = {"type": "value", "min": "dataMin", "max": last, "minInterval": 1}  # marks drawn too
     return {
         "animation": False,
         "title": [

@@ -3,6 +3,8 @@ axis, with the members of one collective instance linked and its last arriver ma
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -54,7 +56,7 @@ def timeline_figure(
         _collectives(fig, tl.collectives, labels)
     late = _link(fig, members, labels) if members is not None and not members.empty else ""
     order = list(tl.ranks["label"])
-    bottom = AXIS_PX + LEGEND_LINE_PX * -(-len(fig.data) // 3)
+    bottom = AXIS_PX + LEGEND_LINE_PX * math.ceil(len(fig.data) / 3)
     fig.update_layout(
         barmode="overlay",
         height=TOP_PX + ROW_PX * len(order) + bottom,
@@ -80,11 +82,10 @@ def timeline_figure(
             "ticktext": [_tick(r, labels[r], r in marked) for r in labels],
             "automargin": True,
         },
-        legend={
+        legend={  # right under the axis title, in the bottom margin kept for it
             "orientation": "h",
-            "yref": "container",
-            "y": 0,
-            "yanchor": "bottom",
+            "y": -AXIS_PX / (ROW_PX * max(len(order), 1)),
+            "yanchor": "top",
             "x": 0,
             "xanchor": "left",
         },

@@ -33,15 +33,19 @@ def render(ctx: PageContext) -> None:
     st.echarts_chart(
         overview_figure(series, marks), width="stretch", height=HEIGHT, key="overview_chart"
     )
-    st.caption(_stagger_note(series))
+    note = _stagger_note(series)
+    if note:
+        st.caption(note)
     st.caption(_flops_note(ctx, series))
     _findings(ctx)
 
 
 def _stagger_note(series: pd.DataFrame) -> str:
     """Why the slowest rank's own step runs below the job's step time, with this run's
-    median gap (ms)."""
+    median gap (ms); "" when the two lines meet (under 1% apart)."""
     gap = (series["step_ms"] - series["slowest_rank_ms"]).median()
+    if not gap >= 0.01 * series["step_ms"].median():
+        return ""
     return (
         "Step time: the first rank's start to the last rank's end. A rank's own step (its "
         "start to its end) is never longer: the slowest one runs below by how far the "
