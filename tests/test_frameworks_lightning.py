@@ -15,7 +15,7 @@ from tests.frameworks import WORKERS, Job, described, torchrun
 
 pytest.importorskip("lightning", reason="lightning is in the test extras: pip install -e '.[test]'")
 pytestmark = pytest.mark.e2e
-STEPS = 12
+STEPS = 16
 LAUNCHERS = {
     "torchrun": torchrun(4, "lightning_job.py", str(STEPS)),
     "lightning": [sys.executable, os.path.join(WORKERS, "lightning_job.py"), str(STEPS)],

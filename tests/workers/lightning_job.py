@@ -18,8 +18,8 @@ from torch import nn
 class Tiny(L.LightningModule):
     def __init__(self) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                                 nn.Linear(256, 8))  # fmt: skip
+        self.net = nn.Sequential(nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                                 nn.Linear(512, 8))  # fmt: skip
 
     def training_step(self, batch, batch_idx):
         (x,) = batch
@@ -33,7 +33,7 @@ def main() -> None:
     steps = int(sys.argv[1])
     L.seed_everything(0, verbose=False)
     data = torch.utils.data.DataLoader(
-        torch.utils.data.TensorDataset(torch.randn(64 * steps, 128)), batch_size=16
+        torch.utils.data.TensorDataset(torch.randn(4 * 64 * steps, 128)), batch_size=64
     )
     trainer = L.Trainer(
         accelerator="cpu", devices=4, strategy=DDPStrategy(process_group_backend="gloo"),
