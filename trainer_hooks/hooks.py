@@ -659,6 +659,11 @@ class NoopHooks:
 
     _NULL = _Null()
 
+    @property
+    def guard(self) -> Guard:
+        """Nothing goes wrong where nothing is recorded: an empty :class:`Guard`."""
+        return Guard()
+
     def step(self, step: int) -> _Null:
         """No-op step context."""
         return self._NULL
