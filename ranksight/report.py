@@ -65,11 +65,17 @@ def to_json(analysis: Analysis, run: dict | None = None) -> str:
     return json.dumps(doc, indent=2, default=str)
 
 
-def _phase_rows(f: Finding) -> list[tuple[str, str, str, str]]:
+def phase_rows(phases: dict) -> list[tuple[str, str, str, str]]:
+    """(phase, rank ms, peers ms, ratio) as text of a straggler's ``phases`` evidence:
+    one decimal for ms, ``1.96x`` for the ratio (the text report, Markdown and the UI)."""
     return [
         (name, f"{p['rank_ms']:.1f}", f"{p['peers_ms']:.1f}", f"{p['ratio']:.2f}x")
-        for name, p in f.evidence.get("phases", {}).items()
+        for name, p in phases.items()
     ]
+
+
+def _phase_rows(f: Finding) -> list[tuple[str, str, str, str]]:
+    return phase_rows(f.evidence.get("phases", {}))
 
 
 def _wait_rows(f: Finding) -> list[tuple[str, str]]:

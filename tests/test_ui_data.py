@@ -415,3 +415,13 @@ def test_snapshots_give_each_ranks_last_entered_and_completed_and_settle_on_the_
     settled, open_by_rank = hang.settle(store, clean, csnap)
     assert not settled["stuck"].any() and (settled["behind"] == 0).all()
     assert hang.suspects(settled, open_by_rank) == [] and open_by_rank.sum() == 0
+
+
+def test_the_evidence_table_shows_numbers_as_the_text_report_does():
+    """One decimal for ms and ``1.96x`` for ratios (it showed "300.9920"), in the same
+    words as the report (report.phase_rows)."""
+    from ranksight.ui.views.overview import phase_table
+
+    t = phase_table({"forward": {"rank_ms": 300.992, "peers_ms": 52.1234, "ratio": 5.7749}}, 5)
+    assert t.columns.tolist() == ["phase", "rank 5 ms", "peers ms (median)", "ratio"]
+    assert t.iloc[0].tolist() == ["forward", "301.0", "52.1", "5.77x"]

@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from ranksight.analyzer import Finding
+from ranksight.report import now_and_without, phase_rows
 from ranksight.ui import cache
 from ranksight.ui.context import PageContext, link_button
 from ranksight.ui.data.onsets import STOPPED, finding_step, onset_marks
@@ -174,22 +175,17 @@ def evidence(f: Finding) -> None:
             )
         )
     if "step_ms_now" in ev:
+        line = now_and_without(f)
         st.markdown(
-            f"Step time {ev['step_ms_now']:.1f} ms now, about {ev.get('step_ms_without', 0):.1f} ms without it; slow from step {ev.get('onset_step')} on {ev.get('slow_steps')} of {ev.get('steps_from_onset')} steps."
+            f"{line[0].upper()}{line[1:]}; slow on {ev.get('slow_steps')} of {ev.get('steps_from_onset')} steps."
         )
     with st.expander("all evidence (JSON)"):
         st.json(ev)
 
 
 def phase_table(phases: dict, rank: int) -> pd.DataFrame:
-    """Per phase: the rank's and its peers' median self time per call (ms), the ratio."""
-    rows = [
-        {
-            "phase": p,
-            f"rank {rank} ms": v["rank_ms"],
-            "peers ms (median)": v["peers_ms"],
-            "ratio": v["ratio"],
-        }
-        for p, v in sorted(phases.items())
-    ]
-    return pd.DataFrame(rows)
+    """Per phase: the rank's and its peers' median self time per call (ms, one decimal),
+    the ratio (``1.96x``), as the text report prints them (``report.phase_rows``)."""
+    columns = ["phase", f"rank {rank} ms", "peers ms (median)", "ratio"]
+    rows = sorted(phase_rows(phases))
+    return pd.DataFrame(rows, columns=columns)
