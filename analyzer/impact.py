@@ -15,6 +15,8 @@ overlapped other work, or a replay that does not model the run. So:
 2. **Estimate.** With no steps before the onset, the estimate stays, marked as such
    (``impact_method``) with the error it carries: up to the estimate itself below it (an
    upper bound: it assumes every excess millisecond delayed the step).
+   A finding measured at less than :data:`MIN_MEASURED_PCT`, or less than its error, is
+   dropped to a note: it cost nothing that can be told from noise.
 3. **Composition.** The findings that cost step time (stragglers, slow links, transient
    stragglers) are capped together at the run's measured excess: the job step over the
    analyzed steps against a clean baseline (the median job step before the earliest
@@ -135,6 +137,19 @@ def measured(f: Finding, wall: pd.Series) -> tuple[Finding, str | None]:
     ), note
 
 
+MIN_MEASURED_PCT = 2.0
+"""A finding measured before/after at less than this (or less than its own error) cost
+the job nothing that can be told from noise: it is a note, not a culprit (a delayed
+pipeline link that the schedule hid; a rank briefly slow on a loaded host)."""
+
+
+def _no_measurable_cost(f: Finding) -> bool:
+    ev = f.evidence
+    if ev.get("impact_method") != "before/after":
+        return False
+    return f.impact_pct < max(MIN_MEASURED_PCT, float(ev.get("impact_error_pts", 0.0)))
+
+
 def run_excess_pct(wall: pd.Series, first_onset: int | None) -> float:
     """The run's measured excess (rule 3): the mean job step from ``first_onset`` (all
     analyzed steps when None) over a clean baseline, as a percent of that mean."""
@@ -161,6 +176,15 @@ def checked_impacts(
     out = []
     for f in findings:
         g, note = measured(f, wall)
+        if _no_measurable_cost(g):
+            ev = g.evidence
+            notes.append(
+                f"{g.who()} looked slow ({g.kind}, {g.cause}) from step {_onset(g)}, but the job "
+                f"step did not change measurably ({ev['job_step_ms_before']:.0f} ms before, "
+                f"{ev['job_step_ms_after']:.0f} ms after, ±{ev['impact_error_pts']:.0f} points): "
+                "not named"
+            )
+            continue
         out.append(g)
         notes += [note] if note else []
     costly = [i for i, f in enumerate(out) if f.kind in COSTS_STEP_TIME and f.impact_pct > 0]
