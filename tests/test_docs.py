@@ -88,3 +88,18 @@ def test_readme_import_example_is_what_import_prints(tmp_path):
         readme = f.read()
     shown = readme.split("--run gcd-6` says of it (exit code 3):\n\n```text\n", 1)[1].split("```", 1)[0]
     assert shown.strip().splitlines() == (out.stdout + out.stderr).strip().splitlines()
+
+
+def test_the_reliability_table_names_tests_that_exist():
+    """Every row of docs/reliability.md names its test, and that test file is there."""
+    import re
+
+    with open(os.path.join(ROOT, "docs", "reliability.md")) as f:
+        text = f.read()
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| -")]
+    named = re.findall(r"`(tests/[\w/]+\.py)`", text)
+    assert len(named) >= 20
+    missing = [t for t in named if not os.path.isfile(os.path.join(ROOT, t))]
+    assert not missing
+    body = [r for r in rows if "what ranksight does" not in r and "what the user sees" not in r]
+    assert all("tests/" in r for r in body), [r[:60] for r in body if "tests/" not in r]
