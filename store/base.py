@@ -10,17 +10,15 @@ import numpy as np
 import pandas as pd
 
 from ranksight.store import schema
+from ranksight.store.errors import StoreError
 from ranksight.store.schema import SCHEMA_VERSION
+
+__all__ = ["Store", "StoreError"]
 
 MAX_ATOMIC_ROWS = 1_000_000
 """Most rows one :meth:`Store.insert` with a ``batch_id`` may carry: below the server's
 insert block size (1,048,576 rows in clickhouse-driver and ClickHouse), so one insert is
 one block, written as one part per partition."""
-
-
-class StoreError(RuntimeError):
-    """A store could not be opened, reached or queried. The message is one line that
-    names the store URL (never credentials) and what is wrong."""
 
 
 class Store(abc.ABC):

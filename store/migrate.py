@@ -17,9 +17,13 @@ Opening it (``Store.init_schema``, which every writer and the CLI's readers call
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ranksight.store import schema
-from ranksight.store.base import Store, StoreError
+from ranksight.store.errors import StoreError
+
+if TYPE_CHECKING:
+    from ranksight.store.base import Store
 
 
 @dataclass(frozen=True, slots=True)

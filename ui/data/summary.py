@@ -26,6 +26,7 @@ import pandas as pd
 
 from ranksight.store import Store, StoreError
 
+from .metrics_sql import inner_query, waits_both
 from .run import RUN, RunView
 
 TABLE = "rank_step_summary"
@@ -135,8 +136,6 @@ def summarize(store: Store, run: RunView, b_lo: int, b_hi: int) -> pd.DataFrame:
     """The summary rows of steps ``b_lo..b_hi`` (inclusive) from the raw rows: one per
     rank and step that has any, columns as the ``rank_step_summary`` table. Raises
     StoreError."""
-    from .heatmap import inner_query, waits_both
-
     params = {**run.params, "b_lo": b_lo, "b_hi": b_hi}
     parts = {
         "compute": store.query(inner_query("compute", "b_lo", "b_hi"), params),
