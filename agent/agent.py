@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import pyarrow as pa
 
+from ranksight.ownership import secure_spool_dir
 from ranksight.store import Store, StoreError, schema
 from ranksight.store.frames import conform
 from ranksight.trainer_hooks.spool_format import SUFFIX as SPOOL_SUFFIX
@@ -48,7 +49,6 @@ from .buffer import DiskBuffer, disk_full
 from .config import AgentConfig
 from .deliver import deliver
 from .parse import Parsed
-from .security import secure_spool_dir
 from .shipper import BatchUnreadable, ShipperProcess
 from .tailer import OFFSETS, SpoolTailer, legacy_state_dir, state_dir_for
 

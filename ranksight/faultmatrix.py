@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ranksight.analyzer.findings import NOT_FAULTS
-from ranksight.reference_trainer.layout import coords_of, rank_of
+from ranksight.mesh import coords_of, rank_of
 
 SHAPE = {"dp": 2, "tp": 2, "pp": 2}
 """The matrix's mesh: 8 CPU ranks."""

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ranksight.mesh import coords_of
 from ranksight.reference_trainer.faults import FaultSpec
-from ranksight.reference_trainer.layout import coords_of
 from ranksight.synth_rows import Mesh
 from ranksight.synth_timeline import StepInputs
 

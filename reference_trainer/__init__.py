@@ -16,6 +16,7 @@ pipeline stage), ``parallel`` (process group, device mesh, TP plan, FSDP2, 1F1B 
 The names below import without torch, so analysis code can read fault specs and layouts.
 """
 
+from ranksight.mesh import MESH_DIM_NAMES, coords_of, rank_of
 from ranksight.reference_trainer.config import (
     ModelConfig,
     OptimConfig,
@@ -29,7 +30,6 @@ from ranksight.reference_trainer.faults import (
     parse_fault,
     parse_faults,
 )
-from ranksight.reference_trainer.layout import MESH_DIM_NAMES, coords_of, rank_of
 
 __all__ = [
     "FAULT_KINDS",

@@ -47,7 +47,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ranksight.reference_trainer.layout import coords_of
+from ranksight.mesh import coords_of
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,8 +63,8 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ranksight.mesh import coords_of, rank_of
 from ranksight.reference_trainer.faults import FaultSpec
-from ranksight.reference_trainer.layout import coords_of, rank_of
 
 _PG_TYPE = "__torch__.torch.classes.c10d.ProcessGroup"
 _COLLECTIVE_C10D = {

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from ranksight import env
+from ranksight.mesh import coords_of
 from ranksight.reference_trainer._hooks_seam import TrainerHooks, attach_hooks
 from ranksight.reference_trainer.config import (
     DEVICES,
@@ -43,7 +44,6 @@ from ranksight.reference_trainer.fault_runtime import FaultRuntime
 from ranksight.reference_trainer.faults import faults_ground_truth, parse_faults
 from ranksight.reference_trainer.flops import flops_meta
 from ranksight.reference_trainer.inject import StepClock
-from ranksight.reference_trainer.layout import coords_of
 from ranksight.reference_trainer.model import count_params, stage_layers
 from ranksight.reference_trainer.optim import build_optimizer, lr_at, set_lr
 from ranksight.reference_trainer.parallel import (

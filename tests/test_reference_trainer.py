@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ranksight.mesh import coords_of, rank_of
 from ranksight.reference_trainer._hooks_seam import NoopHooks, attach_hooks
 from ranksight.reference_trainer.config import (
     ModelConfig,
@@ -28,7 +29,6 @@ from ranksight.reference_trainer.faults import (
     parse_faults,
 )
 from ranksight.reference_trainer.inject import StepClock, install_faults
-from ranksight.reference_trainer.layout import coords_of, rank_of
 from ranksight.reference_trainer.model import build_stage, count_params, stage_layers
 from ranksight.reference_trainer.optim import lr_at
 from ranksight.reference_trainer.train import config_from_args

@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 LAYERS: list[tuple[int, str]] = [
     (1, "ranksight.env"), (1, "ranksight.words"), (1, "ranksight.folders"),
-    (1, "ranksight.mesh"), (1, "ranksight.vocab"), (1, "ranksight"),
+    (1, "ranksight.mesh"), (1, "ranksight.vocab"), (1, "ranksight.ownership"), (1, "ranksight"),
     (2, "ranksight.trainer_hooks"), (2, "ranksight.store"),
     (3, "ranksight.collectors"), (3, "ranksight.importer"), (3, "ranksight.reference_trainer"),
     (3, "ranksight.synthetic"), (3, "ranksight.synth_faults"), (3, "ranksight.synth_rows"),

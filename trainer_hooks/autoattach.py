@@ -79,7 +79,7 @@ def mesh_of(rank: int, world_size: int, text: str | None) -> tuple[dict[str, int
     Raises ValueError if the mesh's size is not ``world_size``."""
     if not text:
         return {"dp": rank, "tp": 0, "pp": 0}, {"dp": world_size, "tp": 1, "pp": 1}
-    from ranksight.reference_trainer.layout import coords_of
+    from ranksight.mesh import coords_of
 
     shape = {"dp": 1, "tp": 1, "pp": 1, **parse_mesh(text)}
     if shape["dp"] * shape["tp"] * shape["pp"] != world_size:

@@ -1,9 +1,14 @@
-"""The agent's local endpoint is its spool folder: only the agent's own user may use it.
+"""The owner rule: what a rank hands the agent is trusted only if this user alone could
+have written it.
+
+The agent's local endpoint is its spool folder: only the agent's own user may use it.
 
 Ranks hand records to the agent by writing files under the spool folder; nothing
 listens on a socket. The folder is made ``0700`` (owner only), so another user's process
 can neither read the records nor plant its own; a folder owned by another user is
-refused. Spool files owned by another user are skipped by the tailer.
+refused. Spool files owned by another user are skipped by the tailer, and Flight
+Recorder dumps by the collector (:func:`untrusted_file`). Ground of the house: it imports
+nothing of ranksight, so the hooks, the collectors and the agent all use this one rule.
 """
 
 from __future__ import annotations
