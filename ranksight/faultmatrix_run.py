@@ -193,6 +193,7 @@ def _ground_truth(store, run_id: str, sc: Scenario) -> list[dict]:
 def run_scenario(cfg: MatrixConfig, store, store_url: str, sc: Scenario) -> Row:
     """Run one scenario end to end and score it (see the module doc)."""
     from ranksight.analyzer import analyze
+    from ranksight.store import StoreError
 
     run_id = f"fm-{sc.name}-{uuid.uuid4().hex[:6]}"
     logs, spool = os.path.join(cfg.home, "logs"), os.path.join(cfg.home, "spool")
@@ -214,7 +215,12 @@ def run_scenario(cfg: MatrixConfig, store, store_url: str, sc: Scenario) -> Row:
     finally:
         launch.stop(agent)
     e = expectation(_ground_truth(store, run_id, sc), SHAPE)
-    final = _findings(analyze(store, run_id))
+    try:
+        final = _findings(analyze(store, run_id))
+    except StoreError as exc:  # the job left nothing (it failed before its first record)
+        row.note = f"{exc}; {launch.first_failure(log_path).lstrip(': ')}".strip("; ")
+        row.wall_s = round(time.monotonic() - t0, 1)
+        return row
     if w.first_hit_ns is None and any(matches(f, e) for f in final):
         w.first_hit_ns, w.hit_step = time.time_ns(), _max_step(store, run_id)
         w.extra["late"] = True
