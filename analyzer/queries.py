@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ranksight.store import Store, StoreError
+from ranksight.store.schema import RUN as _RUN
 
 from . import causes, crash, desync, gpu_causes, hang, links, slice_replay, slow_comm
 from .straggler import COMPUTE_PHASES, DATA_PHASES
-
-_RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
 
 # Aggregates never reuse the name of a column they read (an alias is visible to the whole
 # query on both dialects); frames are renamed to the column names after the query.

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ranksight.store.schema import RUN as _RUN
+
 from .whatif import ReplayError, ops_from_tables, replay
 
 MAX_STEPS = 24
@@ -41,7 +43,6 @@ MAX_ROWS = 300_000
 REBALANCED = ("forward", "backward", "optimizer")
 """Phases whose work moves between stages when the pipeline is rebalanced."""
 
-_RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
 PHASES = f"""
 SELECT rank, step, phase, microbatch, stage, start_ns, end_ns, wait_ns
 FROM phases WHERE {_RUN} AND step IN %(steps)s AND rank IN %(ranks)s

@@ -10,9 +10,7 @@ from ranksight.analyzer import Finding
 from ranksight.analyzer.queries import RANKS, load_findings, resolve_attempt
 from ranksight.mesh import MeshAxis
 from ranksight.store import Store
-
-RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
-"""The WHERE clause every per-run query starts with."""
+from ranksight.store.schema import RUN
 
 ORDERS: dict[str, tuple[str, ...]] = {
     "pp, tp, dp": ("pp", "tp", "dp"),
