@@ -248,11 +248,19 @@ def _rows(table: pa.Table | None) -> list[dict]:
     return [] if table is None or table.num_rows == 0 else table.to_pylist()
 
 
+UNKNOWN_WHEN_ZERO = ("tokens",)
+"""Numbers the hooks record as 0 when the script did not give them (``s.set(tokens=...)``):
+left out of a span, not exported as a count of 0."""
+
+
 def _numbers(row: dict, names: tuple[str, ...]) -> dict[str, float | int]:
-    """``ranksight.<name>`` for each of ``names`` in ``row`` that is a number (NaN left out)."""
+    """``ranksight.<name>`` for each of ``names`` in ``row`` that is a number (NaN left out,
+    and 0 of a number in :data:`UNKNOWN_WHEN_ZERO`: unknown, not none)."""
     out: dict[str, float | int] = {}
     for name in names:
         value = row.get(name)
+        if name in UNKNOWN_WHEN_ZERO and value == 0:
+            continue
         if isinstance(value, int | float) and value == value:
             out[f"ranksight.{name}"] = value
     return out

@@ -188,3 +188,12 @@ def test_agent_once_exports_to_the_otlp_endpoint_too(tmp_path, receiver):
     )  # fmt: skip
     assert got.returncode == 0, got.stderr
     assert "ranksight.agent.records.shipped" in receiver.metric_points()
+
+
+def test_tokens_the_script_never_gave_are_left_out_not_exported_as_zero():
+    from ranksight.agent.otel import _numbers
+
+    assert _numbers({"loss": 2.0, "tokens": 0, "lr": 0.0}, ("loss", "tokens", "lr")) == {
+        "ranksight.loss": 2.0, "ranksight.lr": 0.0
+    }  # fmt: skip
+    assert _numbers({"tokens": 64}, ("tokens",)) == {"ranksight.tokens": 64}
