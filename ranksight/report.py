@@ -172,9 +172,10 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
 
 
 def now_and_without(f: Finding) -> str:
-    """A straggler's impact figures in the README's step-time words: the job step measured
-    before and after its onset (analyzer/impact.py) where the run has steps before it,
-    else the estimate ``from step 4, a rank's step averaged 1839.4 ms; about 632.3 ms
+    """A straggler's impact figures in the README's step-time words, the same figures its
+    impact comes from: the job step measured before and after its onset
+    (analyzer/impact.py) where the run has steps before it, else the what-if replay's
+    where one was trusted, else the estimate ``from step 4, a rank's step averaged 1839.4 ms; about 632.3 ms
     without it`` (evidence ``onset_step``, ``step_ms_now``, ``step_ms_without``)."""
     ev = f.evidence
     if ev.get("impact_method") == "before/after":
@@ -182,6 +183,13 @@ def now_and_without(f: Finding) -> str:
             f"from step {ev.get('onset_step')}, the job step averaged "
             f"{ev.get('job_step_ms_after')} ms against {ev.get('job_step_ms_before')} ms before "
             f"(measured; its own time alone suggested {ev.get('estimated_impact_pct')}%)"
+        )
+    w = ev.get("whatif") or {}
+    if "replayed_step_ms_now" in w:
+        return (
+            f"from step {ev.get('onset_step')}, a re-simulation of its pipeline takes "
+            f"{w['replayed_step_ms_now']} ms a step as it ran and {w['replayed_step_ms_without']} ms "
+            "with its work at its peers' median"
         )
     return (
         f"from step {ev.get('onset_step')}, a rank's step averaged {ev.get('step_ms_now')} ms; "
