@@ -180,7 +180,7 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
         return 1
     if cfg.format == "text":
         console.rule("root-cause report")
-    from ranksight.cli import emit
+    from ranksight.report import emit
 
     emit(analysis, run_row, cfg.format, console)
     if cfg.format == "text":

@@ -294,3 +294,14 @@ def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
             lines += ["", f"Victims (waited directly): {_victims(f)}.", ""]
             lines += [f"{now_and_without(f)[0].upper()}{now_and_without(f)[1:]}.", ""]
     return "\n".join(lines) + "\n"
+
+
+def emit(analysis: Analysis, run_row: dict, format: str, out: Console | None = None) -> None:
+    """Print the analysis in ``format`` (one of :data:`FORMATS`): JSON and Markdown on
+    stdout, text on ``out`` (default: a console on stdout)."""
+    if format == "json":
+        print(to_json(analysis, run_row))
+    elif format == "markdown":
+        print(to_markdown(analysis, run_row), end="")
+    else:
+        print_text(analysis, out or Console(), run_row)

@@ -114,7 +114,7 @@ def test_nccl_debug_lagging_rank(chdb) -> None:
 
 
 def test_import_summary_comm_time_and_nccl_topology(chdb) -> None:
-    from ranksight.importer.command import summary_lines
+    from ranksight.importer.summary import summary_lines
 
     result, _ = run(
         chdb,

@@ -47,11 +47,10 @@ LAYERS: list[tuple[int, str]] = [
     (6, "ranksight.report"), (6, "ranksight.ui"),
     (7, "ranksight.cli"), (7, "ranksight.demo"), (7, "ranksight.launch"), (7, "ranksight.launcher"),
     (7, "ranksight.faultmatrix"), (7, "ranksight.faultmatrix_run"), (7, "ranksight.faultmatrix_report"),
-    (7, "ranksight.ui.command"), (7, "ranksight.agent.command"),
-    (7, "ranksight.agent.commands"), (7, "ranksight.importer.command"),
+    (7, "ranksight.agent.command"),
 ]  # fmt: skip
-"""(layer, module prefix); the longest matching prefix decides (``ranksight.ui.command``
-is CLI, the rest of ``ranksight.ui`` is UI). A name ending in ``_cli`` is CLI."""
+"""(layer, module prefix); the longest matching prefix decides (``ranksight.agent.command``
+is CLI, the rest of ``ranksight.agent`` is the agent). A name ending in ``_cli`` is CLI."""
 
 
 def package_dirs() -> dict[str, str]:

@@ -7,6 +7,8 @@ import sys
 
 import typer
 
+from ranksight.cli.common import console, fail
+
 
 def faultmatrix(
     scenarios: str = typer.Option(None, help="comma-separated scenario names (default: all)"),
@@ -25,7 +27,6 @@ def faultmatrix(
 ) -> None:
     """Run each fault scenario (and clean runs) on 8 CPU ranks; exit 0 only if all are right."""
     from ranksight import env
-    from ranksight.cli import _fail, console
     from ranksight.faultmatrix import pick
     from ranksight.faultmatrix_report import passed, print_table, to_json, to_markdown
     from ranksight.faultmatrix_run import MatrixConfig, run_matrix
@@ -37,7 +38,7 @@ def faultmatrix(
         cfg = MatrixConfig(home=os.path.abspath(base), store=store, poll_s=poll,
                            hang_timeout_s=hang_timeout)  # fmt: skip
     except ValueError as e:
-        _fail(str(e), 2)
+        fail(str(e), 2)
     if list_only:
         for sc in chosen:
             console.print(f"{sc.name:16s} {sc.inject}{'  (quick)' if sc.quick else ''}")
@@ -49,7 +50,7 @@ def faultmatrix(
     try:
         rows = run_matrix(cfg, chosen, progress=show)
     except StoreError as e:
-        _fail(str(e))
+        fail(str(e))
     print_table(rows, console)
     command = "ranksight faultmatrix " + " ".join(sys.argv[2:])
     for path, text in ((out, to_markdown(rows, command.strip())), (json_out, to_json(rows))):

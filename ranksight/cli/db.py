@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from ranksight.cli.common import STORE_OPTION
 from ranksight.store import StoreError, open_store
 from ranksight.store.migrate import migrate, plan_migration
 from ranksight.store.schema import SCHEMA_VERSION
@@ -15,9 +16,7 @@ db = typer.Typer(no_args_is_help=True, help="The store's schema: version and mig
 
 @db.command("migrate")
 def migrate_command(
-    store: str = typer.Option(
-        None, "--store", help="store URL (default $RANKSIGHT_STORE or ./.ranksight/store)"
-    ),
+    store: str = STORE_OPTION,
     dry_run: bool = typer.Option(
         False, "--dry-run", help="print what would be done, change nothing"
     ),
@@ -40,9 +39,7 @@ def migrate_command(
 
 @db.command("init")
 def init_command(
-    store: str = typer.Option(
-        None, "--store", help="store URL (default $RANKSIGHT_STORE or ./.ranksight/store)"
-    ),
+    store: str = STORE_OPTION,
     cluster: str = typer.Option(
         None,
         "--cluster",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from ranksight.cli.common import STORE_OPTION, console, fail, open_store_arg
 from ranksight.words import counted
 
 
@@ -21,12 +22,9 @@ def synth(
     microbatches: int = typer.Option(None, min=1, help="per step (default pp)"),
     seed: int = typer.Option(0),
     run_id: str = typer.Option(None, help="default synth-<12 hex>"),
-    store: str = typer.Option(
-        None, "--store", help="store URL (default $RANKSIGHT_STORE or ./.ranksight/store)"
-    ),
+    store: str = STORE_OPTION,
 ) -> None:
     """Write a synthetic DP x TP x PP run with the real schema and injected faults."""
-    from ranksight.cli import _fail, _open, console
     from ranksight.store import StoreError
     from ranksight.synthetic import SynthConfig, rows_per_rank_step, write_synthetic
 
@@ -36,18 +34,18 @@ def synth(
             faults=tuple(inject), seed=seed, run_id=run_id,
         )  # fmt: skip
     except ValueError as e:
-        _fail(str(e), 2)
+        fail(str(e), 2)
     console.print(
         f"synthetic run [bold]{cfg.run_id}[/]: {counted(cfg.ranks, 'rank')} (DP{cfg.dp} x TP{cfg.tp} x "
         f"PP{cfg.pp}), {counted(cfg.steps, 'step')}, {counted(cfg.microbatches, 'microbatch', 'microbatches')}, about "
         f"{rows_per_rank_step(cfg):.0f} rows per rank and step; faults: "
         f"{', '.join(s.text for s in cfg.specs) or 'none'}"
     )
-    s = _open(store)
+    s = open_store_arg(store)
     try:
         result = write_synthetic(s, cfg)
     except StoreError as e:
-        _fail(str(e))
+        fail(str(e))
     total = sum(result.rows.values())
     console.print(
         f"wrote {counted(total, 'row', spec=',')} ({', '.join(f'{k} {v:,}' for k, v in result.rows.items())}) "

@@ -1,20 +1,15 @@
-"""The ``ranksight ui`` subcommand (registered in ``ranksight/cli.py``)."""
+"""``ranksight ui``: start the web UI (``ui/launch.py``) on a store."""
 
 from __future__ import annotations
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
+from ranksight.cli.common import STORE_OPTION, console, err, fail
 from ranksight.store.url import default_store_url, redact
 
 
 def ui(
-    store: str = typer.Option(
-        None,
-        "--store",
-        help="store URL: a folder (chdb) or clickhouse://host:port/db; default $RANKSIGHT_STORE or ./.ranksight/store",
-    ),
+    store: str = STORE_OPTION,
     host: str = typer.Option("127.0.0.1", help="address to bind (default loopback only)"),
     port: int = typer.Option(8501, help="TCP port"),
     run: str = typer.Option(None, "--run", help="print the URL of this run's overview"),
@@ -24,7 +19,6 @@ def ui(
     from ranksight.store.url import missing_store, refuse_password
     from ranksight.ui.launch import LaunchConfig, page_url, port_taken, serve
 
-    out, err = Console(), Console(stderr=True, soft_wrap=True)
     url = store or default_store_url()
     try:
         refuse_password(store)
@@ -33,20 +27,16 @@ def ui(
         absent = missing_store(store, url)
         store.close()
     except ValueError as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
-        raise typer.Exit(2) from None
+        fail(str(e), 2)
     except StoreError as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
-        raise typer.Exit(1) from None
+        fail(str(e))
     if absent:
-        err.print(f"[red]error:[/] {escape(absent)}")
-        raise typer.Exit(1)
+        fail(absent)
     if taken := port_taken(cfg):
-        err.print(f"[red]error:[/] {escape(taken)}")
-        raise typer.Exit(1)
-    out.print(f"ranksight UI on {page_url(cfg)} reading {redact(url)} (Ctrl-C stops it)")
+        fail(taken)
+    console.print(f"ranksight UI on {page_url(cfg)} reading {redact(url)} (Ctrl-C stops it)")
     if run:
-        out.print(f"run {run}: {page_url(cfg, page='overview', run=run)}")
+        console.print(f"run {run}: {page_url(cfg, page='overview', run=run)}")
     if host not in ("127.0.0.1", "localhost", "::1"):
         err.print(
             f"[yellow]warning:[/] bound to {host}: anyone who can reach this address can read the store"

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-err = Console(stderr=True, soft_wrap=True)
+from ranksight.cli.common import STORE_OPTION, err, fail
 
 
 def launch(
@@ -17,9 +15,7 @@ def launch(
     run_id: str = typer.Option(
         None, "--run-id", help="run id (default $RANKSIGHT_RUN_ID, torchrun's --rdzv-id, or new)"
     ),
-    store: str = typer.Option(
-        None, "--store", help="store URL (default from config / $RANKSIGHT_STORE)"
-    ),
+    store: str = STORE_OPTION,
     spool: str = typer.Option(None, "--spool", help="node-local spool folder"),
     level: str = typer.Option(None, "--level", help="hook level: off, default or detailed"),
     auto_attach: bool = typer.Option(
@@ -54,9 +50,7 @@ def launch(
         )  # fmt: skip
         code = run_launch(cfg, say=lambda line: err.print(line, markup=False, highlight=False))
     except (ConfigError, ValueError) as exc:
-        err.print(f"[red]error:[/] {escape(redact(str(exc)))}")
-        raise typer.Exit(2) from None
+        fail(redact(str(exc)), 2)
     except Exception as exc:  # StoreError for a bad URL
-        err.print(f"[red]error:[/] {escape(redact(str(exc)))}")
-        raise typer.Exit(1) from None
+        fail(redact(str(exc)))
     raise typer.Exit(code)
