@@ -54,6 +54,36 @@ def test_garbage_store_url(tmp_path, url):
     assert line.startswith("error:") and url.split("/")[0] in line
 
 
+def test_an_error_quotes_the_input_as_given(tmp_path, run_store):
+    """A path or run id holding ``:name:`` (rich's emoji codes) or ``[tag]`` is printed as
+    typed, not as an emoji or a style."""
+    where = str(tmp_path / "a:cd:b [bold]c")
+    line = one_error_line(cli("runs", "--store", where, home=str(tmp_path)))
+    assert line.startswith(f"error: no store at {where} ")
+    out = cli("report", "--run", "x:smile:y", "--store", run_store, home=str(tmp_path))
+    assert out.returncode == 1
+    assert one_error_line(out).startswith("error: unknown run 'x:smile:y' ")
+
+
+def test_import_names_a_refused_file_whose_path_looks_like_markup(tmp_path):
+    """A refused file under ``a[/b]`` (rich reads ``[/b]`` as a closing tag) is named as it
+    is, beside the good dump imported, not a MarkupError traceback."""
+    import pickle
+    import shutil
+
+    folder = tmp_path / "in" / "a["
+    folder.mkdir(parents=True)
+    good = os.path.join(os.path.dirname(__file__), "data", "fr", "nccl_h200x2", "nccl_trace_rank_0.gz")
+    shutil.copy(good, folder)
+    bad = folder / "b]nccl_trace_rank_1"
+    bad.write_bytes(pickle.dumps({"version": [2, 10], "entries": 5, "pg_config": 7}))
+    store = str(tmp_path / "store")
+    out = cli("import", str(tmp_path / "in"), "--store", store, "--no-report", home=str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert one_error_line(out).startswith(f"error: could not import {bad} (flight_recorder")
+    assert f"{folder / 'nccl_trace_rank_0.gz'}: flight_recorder rank 0" in out.stdout
+
+
 def test_unreachable_server_is_named(tmp_path):
     port = free_port()  # nobody listens on it
     out = cli(

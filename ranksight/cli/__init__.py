@@ -129,7 +129,7 @@ def _run_app() -> int:
             return 0
         hint = f" (see '{where.command_path} --help')" if where is not None else ""
         message = e.format_message() if hasattr(e, "format_message") else str(e)
-        err.print(f"[red]error:[/] {escape(message + hint)}", highlight=False)
+        err.print(f"[red]error:[/] {escape(message + hint)}", highlight=False, emoji=False)
         return int(getattr(e, "exit_code", 2))
     except typer.Abort:
         return 130

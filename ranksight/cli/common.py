@@ -19,9 +19,9 @@ STORE_OPTION = typer.Option(
 
 
 def fail(message: str, code: int = 1) -> None:
-    """Print ``error: message`` on stderr (text, never read as markup: it may quote a job's
-    log or a path) and exit with ``code``. Raises typer.Exit."""
-    err.print(f"[red]error:[/] {escape(message)}")
+    """Print ``error: message`` on stderr (text, never read as markup or emoji codes: it
+    may quote a job's log or a path) and exit with ``code``. Raises typer.Exit."""
+    err.print(f"[red]error:[/] {escape(message)}", emoji=False)
     raise typer.Exit(code)
 
 

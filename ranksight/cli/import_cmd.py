@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from rich.markup import escape
 
 from ranksight.cli.common import STORE_OPTION, analysis_run, console, err, fail, open_store_arg
 from ranksight.importer.summary import ARTIFACTS, file_line, nothing_imported, summary_lines
@@ -71,7 +72,7 @@ def import_cmd(
         if f.ok:
             print(line, file=out)
         else:
-            err.print(f"[red]error:[/] {line}", markup=True, highlight=False)
+            err.print(f"[red]error:[/] {escape(line)}", highlight=False, emoji=False)
     if not result.imported:
         fail(nothing_imported(paths, len(result.files)))
     counts = ", ".join(f"{t} {n:,}" for t, n in sorted(result.rows.items()))
