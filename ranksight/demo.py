@@ -75,7 +75,7 @@ def _home() -> str:
 
 
 def _describe(cfg: DemoConfig, console: Console, run_id: str, store_url: str, spool: str) -> None:
-    from ranksight.reference_trainer.layout import coords_of
+    from ranksight.mesh import coords_of
 
     shape = {"dp": cfg.dp, "tp": cfg.tp, "pp": cfg.pp}
     console.print(

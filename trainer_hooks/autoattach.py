@@ -24,7 +24,7 @@ too) closes the hooks: the rank ends ``finished``, as with ``hooks.close()``; ca
 an exception propagates, it leaves the ending to the exit records.
 
 Mesh: ``RANKSIGHT_MESH="dp=2,pp=2,tp=2"`` gives the mesh shape; each rank's coordinates
-follow ``ranksight.reference_trainer.layout`` (TP innermost, then PP, then DP, as
+follow ``ranksight.mesh`` (TP innermost, then PP, then DP, as
 ``init_device_mesh(..., ("dp", "pp", "tp"))`` lays ranks out). Unset: every rank is a DP
 replica (``dp = rank``).
 
