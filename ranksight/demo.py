@@ -149,7 +149,10 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console) -> int:
     log_path = os.path.join(home, f"{run_id}.log")
     os.makedirs(home, exist_ok=True)
     child_env = launch.job_env(run_id, spool, store_url)
-    agent = launch.start_agent(spool, store_url, child_env, os.path.join(home, "agent.log"))
+    agent = launch.start_agent(
+        spool, store_url, child_env, os.path.join(home, "agent.log"),
+        extra=("--stall-s", f"{AGENT_STALL_S:g}"),
+    )  # fmt: skip
     with open(log_path, "w") as log:
         trainer = subprocess.Popen(
             _trainer_cmd(cfg, run_id), env=child_env, stdout=log, stderr=subprocess.STDOUT
@@ -229,6 +232,11 @@ def _watch(cfg: DemoConfig, trainer: subprocess.Popen, store, run_id: str, conso
         )
     return trainer.returncode
 
+
+AGENT_STALL_S = 10.0
+"""The demo's agent takes py-spy stacks of a run's ranks once one made no progress this
+long: well before :data:`STALL_S`, when the demo stops a hung job, so a hang demo shows
+where every rank was (the agent's own default, 60 s, is for real jobs)."""
 
 HUNG = -1000
 """_watch's return value when it stopped a hung job."""

@@ -73,7 +73,9 @@ def test_import_names_a_refused_file_whose_path_looks_like_markup(tmp_path):
 
     folder = tmp_path / "in" / "a["
     folder.mkdir(parents=True)
-    good = os.path.join(os.path.dirname(__file__), "data", "fr", "nccl_h200x2", "nccl_trace_rank_0.gz")
+    good = os.path.join(
+        os.path.dirname(__file__), "data", "fr", "nccl_h200x2", "nccl_trace_rank_0.gz"
+    )
     shutil.copy(good, folder)
     bad = folder / "b]nccl_trace_rank_1"
     bad.write_bytes(pickle.dumps({"version": [2, 10], "entries": 5, "pg_config": 7}))
@@ -367,3 +369,21 @@ def test_agent_refuses_an_otlp_endpoint_it_cannot_send_to(tmp_path, endpoint, en
         f"--otlp-endpoint {endpoint!r}" if endpoint else "$OTEL_EXPORTER_OTLP_ENDPOINT 'notaurl'"
     )
     assert one_error_line(out).startswith(f"error: {where}: ")
+
+
+def test_a_missing_import_path_exits_as_a_missing_store_does(tmp_path):
+    store = cli("runs", "--store", str(tmp_path / "nostore"), home=str(tmp_path))
+    path = cli(
+        "import", str(tmp_path / "nofile"), "--store", str(tmp_path / "s"), home=str(tmp_path)
+    )
+    assert store.returncode == path.returncode == 1
+    assert "nofile" in one_error_line(path) and "nostore" in one_error_line(store)
+
+
+def test_runs_lists_when_each_run_started(tmp_path, run_store):
+    import re
+
+    out = cli("runs", "--store", run_store, home=str(tmp_path))
+    assert out.returncode == 0 and "started (UTC)" in out.stdout
+    row = next(ln for ln in out.stdout.splitlines() if "slow" in ln)
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", row), row

@@ -452,7 +452,7 @@ def test_cli_import_reports_culprit(tmp_path) -> None:
         [sys.executable, "-m", "ranksight.cli", "import", str(tmp_path / "nope"), "--store", str(tmp_path / "s")],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert missing.returncode == 2 and "nope" in missing.stderr
+    assert missing.returncode == 1 and "nope" in missing.stderr  # as a missing --store
 
 
 def test_flight_recorder_rows_are_written_within_the_memory_budget(chdb, tmp_path, monkeypatch):

@@ -32,8 +32,8 @@ def import_cmd(
     format: str = typer.Option("text", help="report format: text, json or markdown"),
 ) -> None:
     """Import what a job left behind into a run and report on it (exit 3: a fault found,
-    0: none in what was read (undecided), 2: a usage error or a path that does not exist,
-    1: nothing could be imported). A file that cannot be read is named on one line
+    0: none in what was read (undecided), 2: a usage error, 1: a path that does not exist
+    or nothing could be imported, as for a store that is not there). A file that cannot be read is named on one line
     ('error: could not import PATH (KIND): why') and the rest are imported: the exit code
     is then the report's on what was imported (3 or 0)."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
@@ -62,8 +62,8 @@ def import_cmd(
 
         try:
             result = import_paths(s, paths, cfg, tick)
-        except FileNotFoundError as e:
-            fail(str(e), 2)
+        except FileNotFoundError as e:  # what it names is not there: 1, as a missing --store
+            fail(str(e))
         except StoreError as e:
             fail(str(e))
     out = sys.stdout if format == "text" else sys.stderr  # keep json/markdown clean

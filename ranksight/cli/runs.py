@@ -8,8 +8,9 @@ from ranksight.cli.common import STORE_OPTION, console, open_store_arg
 
 
 def runs(store: str = STORE_OPTION) -> None:
-    """List stored runs, newest first: status (running, finished, hung, crashed, as the
-    web UI's Runs page says it), world size, mesh, steps, median step time, findings."""
+    """List stored runs, newest first: when each started (UTC), status (running, finished,
+    hung, crashed, stopped, as the web UI's Runs page says it), world size, mesh, steps,
+    median step time, findings."""
     from rich.table import Table
 
     from ranksight.ui.data.runs import runs_table
@@ -20,7 +21,7 @@ def runs(store: str = STORE_OPTION) -> None:
         return
     table = Table()
     table.add_column("run_id", no_wrap=True)  # whole: it is what the other commands take
-    for col in ("attempt", "status", "world", "dp x tp x pp"):
+    for col in ("attempt", "started (UTC)", "status", "world", "dp x tp x pp"):
         table.add_column(col, no_wrap=True)
     for col in ("steps", "step ms", "findings"):
         table.add_column(col, justify="right")
@@ -28,6 +29,7 @@ def runs(store: str = STORE_OPTION) -> None:
         table.add_row(
             r["run_id"],
             str(r["attempt"]),
+            started(r["started_ns"]),
             r["status"],
             str(r["world_size"]),
             f"{r['dp']} x {r['tp']} x {r['pp']}",
@@ -37,3 +39,14 @@ def runs(store: str = STORE_OPTION) -> None:
         )
     # Into a pipe or file, no terminal sets the width: print the table whole, not at 80.
     (console if console.is_terminal else Console(width=200)).print(table)
+
+
+def started(ns) -> str:
+    """``2026-12-02 04:18:07`` (UTC) of a run's start in ns since the epoch; ``""`` if unknown."""
+    import datetime
+
+    try:
+        t = datetime.datetime.fromtimestamp(int(ns) / 1e9, tz=datetime.timezone.utc)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return ""
+    return t.strftime("%Y-%m-%d %H:%M:%S") if int(ns) > 0 else ""
