@@ -15,8 +15,9 @@ overlapped other work, or a replay that does not model the run. So:
 2. **Estimate.** With no steps before the onset, the estimate stays, marked as such
    (``impact_method``) with the error it carries: up to the estimate itself below it (an
    upper bound: it assumes every excess millisecond delayed the step).
-   A finding measured at less than :data:`MIN_MEASURED_PCT`, or less than its error, is
-   dropped to a note: it cost nothing that can be told from noise.
+   A finding measured at less than :data:`MIN_MEASURED_PCT`, or less than its error, cost
+   nothing that can be told from noise: it stays (the rank is slow; the schedule may hide
+   it only for now) with impact 0, confidence at most :data:`HIDDEN_CONFIDENCE`, and says so.
 3. **Composition.** The findings that cost step time (stragglers, slow links, transient
    stragglers) are capped together at the run's measured excess: the job step over the
    analyzed steps against a clean baseline (the median job step before the earliest
@@ -139,8 +140,8 @@ def measured(f: Finding, wall: pd.Series) -> tuple[Finding, str | None]:
 
 MIN_MEASURED_PCT = 2.0
 """A finding measured before/after at less than this (or less than its own error) cost
-the job nothing that can be told from noise: it is a note, not a culprit (a delayed
-pipeline link that the schedule hid; a rank briefly slow on a loaded host)."""
+the job nothing that can be told from noise (a delayed pipeline link or a data stall the
+schedule hid): its impact is 0 (:func:`_hidden`)."""
 
 
 def _no_measurable_cost(f: Finding) -> bool:
@@ -148,6 +149,29 @@ def _no_measurable_cost(f: Finding) -> bool:
     if ev.get("impact_method") != "before/after":
         return False
     return f.impact_pct < max(MIN_MEASURED_PCT, float(ev.get("impact_error_pts", 0.0)))
+
+
+HIDDEN_CONFIDENCE = 0.5
+"""The most confidence a finding keeps when it cost nothing measurable: the rank is slow,
+but the schedule hides it now (a data stall in a pipeline bubble), or it is noise."""
+
+
+def _hidden(f: Finding) -> Finding:
+    """``f`` measured at no cost to tell from noise: impact 0, confidence at most
+    :data:`HIDDEN_CONFIDENCE`, and its summary says so."""
+    ev = f.evidence
+    summary = f.summary.rsplit("; the job step went from", 1)[0] + (
+        f"; it did not lengthen the job step measurably ({ev['job_step_ms_before']:.0f} ms "
+        f"before step {_onset(f)}, {ev['job_step_ms_after']:.0f} ms after, "
+        f"±{ev['impact_error_pts']:.0f} points): the schedule hides it for now"
+    )
+    return dataclasses.replace(
+        f,
+        impact_pct=0.0,
+        confidence=min(f.confidence, HIDDEN_CONFIDENCE),
+        summary=summary,
+        evidence={**ev, "measured_impact_pct": f.impact_pct, "hidden": True},
+    )
 
 
 def run_excess_pct(wall: pd.Series, first_onset: int | None) -> float:
@@ -177,14 +201,7 @@ def checked_impacts(
     for f in findings:
         g, note = measured(f, wall)
         if _no_measurable_cost(g):
-            ev = g.evidence
-            notes.append(
-                f"{g.who()} looked slow ({g.kind}, {g.cause}) from step {_onset(g)}, but the job "
-                f"step did not change measurably ({ev['job_step_ms_before']:.0f} ms before, "
-                f"{ev['job_step_ms_after']:.0f} ms after, ±{ev['impact_error_pts']:.0f} points): "
-                "not named"
-            )
-            continue
+            g, note = _hidden(g), None
         out.append(g)
         notes += [note] if note else []
     costly = [i for i, f in enumerate(out) if f.kind in COSTS_STEP_TIME and f.impact_pct > 0]
