@@ -108,6 +108,9 @@ def hang_finding(
     }
     if root in stopped:
         evidence["stopped_state"] = stopped[root]
+    own = _stacks_of(stacks, [int(root)]) if root >= 0 and root not in stopped else {}
+    if own:
+        evidence["culprit_stack"] = own[str(int(root))]
     peer_stacks = _stacks_of(stacks, blocked)
     if peer_stacks:
         evidence["blocked_stacks"] = peer_stacks

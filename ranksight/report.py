@@ -217,9 +217,35 @@ def _where(entries: list[dict], limit: int = 8) -> str:
     return "; ".join(parts[:limit]) + more
 
 
+def main_thread(stack: str, frames: int = 3) -> str:
+    """The main thread's innermost ``frames`` frames of a stack summary (one line per
+    thread, ``MainThread (pid) idle: f (file:line) <- g (...)``); the first line if no
+    thread is named so."""
+    lines = [ln for ln in str(stack).splitlines() if ln.strip()]
+    line = next((ln for ln in lines if ln.startswith("MainThread")), lines[0] if lines else "")
+    body = line.split(": ", 1)[1] if ": " in line else line
+    return " <- ".join(body.split(" <- ")[:frames])
+
+
+def _stacks_text(stacks: dict) -> str:
+    """``ranks 4-7: f <- g; ranks 0,1: ...``: the blocked ranks grouped by where their
+    main thread is (``--format json`` has every thread)."""
+    by: dict[str, list[int]] = {}
+    for rank, stack in stacks.items():
+        by.setdefault(main_thread(stack), []).append(int(rank))
+    return "; ".join(
+        f"{'rank' if len(r) == 1 else 'ranks'} {span(r)}: {where}"
+        for where, r in sorted(by.items(), key=lambda kv: -len(kv[1]))
+    )
+
+
 def _hang_text(key: str, value) -> str | None:
-    """The text of a hang's ``waiting_on_root`` / ``blocked`` evidence (:func:`_where`),
-    else None."""
+    """The text of a hang's ``waiting_on_root`` / ``blocked`` evidence (:func:`_where`) and
+    its stacks, else None."""
+    if key == "blocked_stacks" and isinstance(value, dict):
+        return _stacks_text(value)
+    if key == "culprit_stack" and isinstance(value, str):
+        return main_thread(value, frames=6)
     if key == "waiting_on_root" and isinstance(value, list):
         return _where([{**e, "ranks": e.get("blocked_ranks", [])} for e in value])
     if key == "blocked" and isinstance(value, dict):

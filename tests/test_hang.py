@@ -140,3 +140,39 @@ def test_a_hang_names_each_group_by_its_axis_and_ranks_in_the_report(tmp_path):
         and "rank 5 in all_reduce #5 (dp group of ranks 1,5)" in lines["blocked"]
     )
     assert lines["roots"] == "3"
+
+
+def test_stacks_in_the_report_are_the_main_threads_grouped_by_where_they_wait():
+    from ranksight.report import _evidence_lines
+
+    waiting = (
+        "MainThread (1) idle: wait (waits.py:30) <- all_reduce (c10d.py:3252) <- step (train.py:9)"
+    )
+    f = hang_finding(
+        *_stuck_with_stacks(
+            {0: waiting, 2: waiting},
+            "MainThread (9) idle: Event.wait (threading.py:629) <- Hang.before_compute (inject_comm.py:351)",
+        )
+    )
+    assert f.evidence["culprit_stack"].startswith("MainThread (9)")
+    lines = dict(_evidence_lines(f))
+    assert (
+        lines["culprit_stack"]
+        == "Event.wait (threading.py:629) <- Hang.before_compute (inject_comm.py:351)"
+    )
+    assert (
+        lines["blocked_stacks"]
+        == "ranks 0,2: wait (waits.py:30) <- all_reduce (c10d.py:3252) <- step (train.py:9)"
+    )
+
+
+def _stuck_with_stacks(blocked_stacks: dict[int, str], own: str):
+    latest = pd.DataFrame(
+        [snap(0, "tp0", "0,1", 7, 6, 100), snap(1, "tp0", "0,1", 6, 6, 100),
+         snap(0, "dp0", "0,2", 2, 2, 100), snap(2, "dp0", "0,2", 3, 2, 100)]
+    )  # fmt: skip
+    report = find_hang(latest, last_step_end_ns=60 * S)
+    stacks = pd.DataFrame(
+        [{"rank": r, "stack_summary": t} for r, t in {**blocked_stacks, 1: own}.items()]
+    )
+    return report, coords(), None, {}, stacks
