@@ -15,6 +15,7 @@ import psutil
 
 from .base import EMPTY, Collector, NodeContext, Rows
 from .local_ranks import LocalRank, LocalRanks
+from .sysfs import BAD, parse_uint, read_text
 
 
 class HostCollector(Collector):
@@ -121,19 +122,24 @@ def run_delay_ns(pid: int, proc_root: str = "/proc") -> float:
     """Time (ns) the threads of ``pid`` have spent runnable but waiting for a CPU, summed
     over its threads: the second field of ``/proc/<pid>/task/<tid>/schedstat``
     (Documentation/scheduler/sched-stats.rst). A process that shares its core with busy
-    neighbours accumulates it at up to 1 s per second. NaN where not readable."""
+    neighbours accumulates it at up to 1 s per second. NaN where not readable; a thread
+    whose file holds no unsigned 64-bit number there is left out (and counted once in
+    ``sysfs.BAD``)."""
     total, found = 0, False
     try:
         tids = os.listdir(f"{proc_root}/{pid}/task")
     except OSError:
         return math.nan
     for tid in tids:
-        try:
-            with open(f"{proc_root}/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[1])
-                found = True
-        except (OSError, IndexError, ValueError):
+        path = f"{proc_root}/{pid}/task/{tid}/schedstat"
+        fields = (read_text(path) or "").split()
+        value = parse_uint(fields[1]) if len(fields) == 3 else None
+        if value is None:
+            if fields:
+                BAD.note(path, f"{' '.join(fields)[:60]!r} is no schedstat line: not read")
             continue
+        total += value
+        found = True
     return float(total) if found else math.nan
 
 

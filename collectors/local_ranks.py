@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import psutil
 
-_NAME = re.compile(r"^rank(\d+)-(\d+)(?:-(\d+)\.spool|\.jsonl)$")
-_ATTEMPT = re.compile(r"^a(\d+)$")
+_NAME = re.compile(r"rank([0-9]{1,10})-([0-9]{1,10})(?:-([0-9]{1,20})\.spool|\.jsonl)", re.ASCII)
+_ATTEMPT = re.compile(r"a([0-9]{1,10})", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,15 +37,35 @@ class LocalRank:
     """Its spool file, the newest segment ("" when found through the store)."""
 
 
-def parse_spool_path(path: str) -> LocalRank | None:
-    """The rank a spool file path names, or None if the path is not a spool file."""
-    name = os.path.basename(path)
-    attempt_dir = os.path.basename(os.path.dirname(path))
+def run_place(path: str, name: re.Pattern) -> tuple[str, int, re.Match] | None:
+    """``(run_id, attempt, match of name)`` of a file the hooks write under
+    ``<spool>/<run_id>/a<attempt>/``, or None if the path is no such file: the file name
+    does not match ``name`` in full, the attempt is not ``a`` and ASCII digits below
+    ``2**32``, or the run folder's name is empty or no UTF-8."""
+    m = name.fullmatch(os.path.basename(path))
+    a = _ATTEMPT.fullmatch(os.path.basename(os.path.dirname(path)))
     run_id = os.path.basename(os.path.dirname(os.path.dirname(path)))
-    m, a = _NAME.match(name), _ATTEMPT.match(attempt_dir)
-    if not m or not a or not run_id:
+    if not m or not a or not run_id or int(a.group(1)) >= 1 << 32:
         return None
-    return LocalRank(run_id, int(a.group(1)), int(m.group(1)), int(m.group(2)), path)
+    try:
+        run_id.encode("utf-8")
+    except UnicodeEncodeError:  # a name of bytes that are no UTF-8: not the hooks'
+        return None
+    return run_id, int(a.group(1)), m
+
+
+def parse_spool_path(path: str) -> LocalRank | None:
+    """The rank a spool file path names, or None if the path is not a spool file (see
+    :func:`run_place`; the rank must be below ``2**31`` and the pid 1 to ``2**32 - 1``,
+    ASCII digits, as the hooks write them)."""
+    place = run_place(path, _NAME)
+    if place is None:
+        return None
+    run_id, attempt, m = place
+    rank, pid = int(m.group(1)), int(m.group(2))
+    if rank >= 1 << 31 or not 0 < pid < 1 << 32:
+        return None
+    return LocalRank(run_id, attempt, rank, pid, path)
 
 
 def is_alive(pid: int, written_s: float | None = None) -> bool:

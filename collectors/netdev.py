@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass
 
 from .base import Collector, NodeContext, Rows, Unavailable
-from .counters import CounterSet
-from .sysfs import list_dir, pci_address, read_int, read_text
+from .counters import MAX_RATE_PER_S, CounterSet
+from .sysfs import list_dir, parse_uint, pci_address, read_int, read_text
 
 DEFAULT_COUNTERS = (
     "rx_bytes",
@@ -110,7 +110,8 @@ class NetdevCollector(Collector):
                 if value is None:
                     continue
                 keep.add((name, counter))
-                ch = self._counters.update((name, counter), value, now_ns)
+                unit = "bytes" if counter.endswith("_bytes") else "count"
+                ch = self._counters.update((name, counter), value, now_ns, MAX_RATE_PER_S[unit])
                 samples.append(
                     {
                         "host": self.ctx.host,
@@ -119,7 +120,7 @@ class NetdevCollector(Collector):
                         "device": name,
                         "port": 0,
                         "counter": counter,
-                        "unit": "bytes" if counter.endswith("_bytes") else "count",
+                        "unit": unit,
                         "value": value,
                         "delta": ch.delta,
                         "rate_per_s": ch.rate_per_s,
@@ -145,7 +146,7 @@ class NetdevCollector(Collector):
                 **row,
                 "state": state[0],
                 "phys_state": f"carrier={state[1]}" if state[1] else "",
-                "rate": f"{state[2]} Mb/s" if state[2] and state[2] != "-1" else "",
+                "rate": f"{state[2]} Mb/s" if parse_uint(state[2]) else "",  # -1: no link
                 "link_layer": _LINK_LAYER.get(state[3], state[3]),
                 "pci": pci_address(os.path.join(base, "device")),
             }

@@ -17,7 +17,7 @@ from typing import Any
 from .base import Collector, NodeContext, Rows, Unavailable
 from .counters import CounterSet
 from .local_ranks import LocalRanks
-from .nvml_read import GpuLost, SafeReader, clock_event_names
+from .nvml_read import GpuLost, SafeReader, clock_event_names, gpu_count, member, number
 
 _ALL_LINKS = 0xFFFFFFFF
 """``scopeId`` asking an NVLink field for the sum over all links (nvml.h: UINT_MAX)."""
@@ -82,10 +82,16 @@ def text(value: Any) -> str:
 
 
 def pci_bus_id(nvml_bus_id: Any) -> str:
-    """NVML's ``00000000:3B:00.0`` as sysfs writes it: ``0000:3b:00.0``."""
+    """NVML's ``00000000:3B:00.0`` as sysfs writes it: ``0000:3b:00.0`` (text that is no
+    such address is kept as it is, lower case)."""
     bus = text(nvml_bus_id).lower()
     domain, _, rest = bus.partition(":")
-    return f"{int(domain, 16):04x}:{rest}" if rest else bus
+    if not rest or not domain.isascii() or not domain.isalnum():
+        return bus
+    try:
+        return f"{int(domain, 16):04x}:{rest}"
+    except ValueError:
+        return bus
 
 
 class NvmlCollector(Collector):
@@ -117,14 +123,14 @@ class NvmlCollector(Collector):
         n = self.nvml
         self.reader = SafeReader(n)
         self.gpus = []
-        for index in range(n.nvmlDeviceGetCount()):
+        for index in range(gpu_count(n)):
             h = n.nvmlDeviceGetHandleByIndex(index)
             pci = self.reader.read(index, "pci_bus_id", n.nvmlDeviceGetPciInfo, h)
             gpu = Gpu(
                 index=index,
                 handle=h,
                 uuid=text(self.reader.read(index, "uuid", n.nvmlDeviceGetUUID, h) or ""),
-                pci_bus_id=pci_bus_id(pci.busId) if pci is not None else "",
+                pci_bus_id=pci_bus_id(getattr(pci, "busId", "")) if pci is not None else "",
                 name=text(self.reader.read(index, "name", n.nvmlDeviceGetName, h) or ""),
             )
             read = self.reader.read
@@ -191,19 +197,20 @@ class NvmlCollector(Collector):
             or n.nvmlDeviceGetCurrentClocksThrottleReasons
         )
         mask = read(i, "clock_events", reasons_fn, h)
+        mask = mask if type(mask) is int and mask >= 0 else None
         return {
             "sm_clock_mhz": read(i, "sm_clock_mhz", n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM),
             "mem_clock_mhz": read(
                 i, "mem_clock_mhz", n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_MEM
             ),
-            "clock_events": -1 if mask is None else int(mask),
-            "clock_event_names": "" if mask is None else clock_event_names(int(mask)),
+            "clock_events": -1 if mask is None else mask,
+            "clock_event_names": "" if mask is None else clock_event_names(mask),
         }
 
     def _power(self, gpu: Gpu, now_ns: int) -> dict:
         n, i, h, read = self.nvml, gpu.index, gpu.handle, self.reader.read
-        power = read(i, "power_w", n.nvmlDeviceGetPowerUsage, h)  # mW
-        limit = read(i, "power_limit_w", n.nvmlDeviceGetEnforcedPowerLimit, h)  # mW
+        power = number(read(i, "power_w", n.nvmlDeviceGetPowerUsage, h))  # mW
+        limit = number(read(i, "power_limit_w", n.nvmlDeviceGetEnforcedPowerLimit, h))  # mW
         util = read(i, "util_gpu_pct", n.nvmlDeviceGetUtilizationRates, h)
         return {
             "power_w": None if power is None else power / 1000,
@@ -211,8 +218,8 @@ class NvmlCollector(Collector):
             "temperature_c": read(
                 i, "temperature_c", n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU
             ),
-            "util_gpu_pct": None if util is None else util.gpu,
-            "util_mem_pct": None if util is None else util.memory,
+            "util_gpu_pct": None if util is None else member(util, "gpu"),
+            "util_mem_pct": None if util is None else member(util, "memory"),
         }
 
     def _memory(self, gpu: Gpu, now_ns: int) -> dict:
@@ -220,10 +227,11 @@ class NvmlCollector(Collector):
         mem = read(i, "mem_used_bytes", n.nvmlDeviceGetMemoryInfo, h)
         ecc = n.nvmlDeviceGetTotalEccErrors
         remap = read(i, "remapped_rows", n.nvmlDeviceGetRemappedRows, h)
-        corr, unc, pending, failure = remap if remap is not None else (None,) * 4
+        remap = remap if isinstance(remap, (list, tuple)) and len(remap) == 4 else (None,) * 4
+        corr, unc, pending, failure = (number(v) for v in remap)
         return {
-            "mem_used_bytes": None if mem is None else mem.used,
-            "mem_total_bytes": None if mem is None else mem.total,
+            "mem_used_bytes": None if mem is None else member(mem, "used"),
+            "mem_total_bytes": None if mem is None else member(mem, "total"),
             "ecc_corrected": read(
                 i, "ecc_corrected", ecc, h, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC
             ),
@@ -252,8 +260,8 @@ class NvmlCollector(Collector):
             kb_rx = read(
                 i, "pcie_rx_bytes_s", n.nvmlDeviceGetPcieThroughput, h, n.NVML_PCIE_UTIL_RX_BYTES
             )
-            tx = None if kb_tx is None else kb_tx * _KIB  # KB/s (nvml.h)
-            rx = None if kb_rx is None else kb_rx * _KIB
+            tx = None if number(kb_tx) is None else kb_tx * _KIB  # KB/s (nvml.h)
+            rx = None if number(kb_rx) is None else kb_rx * _KIB
         return {
             "pcie_gen": read(i, "pcie_gen", n.nvmlDeviceGetCurrPcieLinkGeneration, h),
             "pcie_width": read(i, "pcie_width", n.nvmlDeviceGetCurrPcieLinkWidth, h),
@@ -297,7 +305,7 @@ class NvmlCollector(Collector):
 
     def _rate(self, gpu: Gpu, key: str, value: float | None, now_ns: int) -> float | None:
         """Bytes/s of cumulative counter ``key``; None without a value or a previous one."""
-        if value is None:
+        if value is None or not 0 <= value < 1 << 64:  # the fields give finite numbers
             return None
         rate = self._counters.update((gpu.index, key), int(value), now_ns).rate_per_s
         return None if rate != rate else rate
@@ -310,15 +318,18 @@ class NvmlCollector(Collector):
         )
         ranks = self.local_ranks.by_pid()
         rows = []
-        for p in procs or ():
-            lr = ranks.get(int(p.pid))
+        for p in procs if isinstance(procs, list) else ():
+            pid = member(p, "pid")
+            if type(pid) is not int or not 0 < pid < 1 << 32:
+                continue
+            lr = ranks.get(pid)
             rows.append(
                 {
                     **self._node(now_ns),
                     "gpu_index": gpu.index,
                     "gpu_uuid": gpu.uuid,
-                    "pid": int(p.pid),
-                    "used_mem_bytes": p.usedGpuMemory,
+                    "pid": pid,
+                    "used_mem_bytes": member(p, "usedGpuMemory"),
                     "run_id": lr.run_id if lr else "",
                     "attempt": lr.attempt if lr else 0,
                     "rank": lr.rank if lr else -1,

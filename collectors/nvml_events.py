@@ -13,6 +13,7 @@ from typing import Any
 
 from .base import Collector, NodeContext, Rows, Unavailable
 from .nvml import load_nvml, text
+from .nvml_read import gpu_count
 
 
 class XidCollector(Collector):
@@ -39,7 +40,12 @@ class XidCollector(Collector):
         self.nvml = n = load_nvml(self._nvml_arg)
         self._set = n.nvmlEventSetCreate()
         refused = []
-        for index in range(n.nvmlDeviceGetCount()):
+        try:
+            count = gpu_count(n)
+        except Unavailable:
+            self.close()
+            raise
+        for index in range(count):
             h = n.nvmlDeviceGetHandleByIndex(index)
             try:
                 n.nvmlDeviceRegisterEvents(h, n.nvmlEventTypeXidCriticalError, self._set)
@@ -61,15 +67,19 @@ class XidCollector(Collector):
             if exc.value == n.NVML_ERROR_TIMEOUT:
                 return {}
             raise
-        uuid = text(n.nvmlDeviceGetUUID(data.device))
+        try:
+            uuid = text(n.nvmlDeviceGetUUID(getattr(data, "device", None)))
+        except n.NVMLError:  # no handle of a GPU: the event stands, its GPU unknown
+            uuid = ""
+        kind = getattr(data, "eventType", None)
         row = {
             "host": self.ctx.host,
             "ts_ns": time.time_ns(),  # when it arrived, not when the wait began
             "gpu_index": self._index_by_uuid.get(uuid, -1),
             "gpu_uuid": uuid,
             "kind": "xid",
-            "code": int(data.eventData),
-            "detail": f"event type {int(data.eventType):#x}",
+            "code": getattr(data, "eventData", -1),  # fitted to Int64 (base.fitted)
+            "detail": f"event type {kind:#x}" if type(kind) is int else f"event type {kind!r:.40}",
         }
         return {"gpu_events": [row]}
 

@@ -9,8 +9,11 @@ leaves the field empty for this sample and is logged once per field and error.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
+
+from .base import Unavailable
 
 log = logging.getLogger("ranksight.collectors.nvml")
 
@@ -48,6 +51,28 @@ _VALUE_MEMBER = {
     5: "siVal",
     6: "usVal",
 }
+
+
+def number(value: Any) -> float | int | None:
+    """``value`` if it is a finite number (an int or float, not a bool), else None: what
+    NVML (or a recording of it) answered where a number belongs and gave none."""
+    if type(value) is int or (type(value) is float and math.isfinite(value)):
+        return value
+    return None
+
+
+def member(obj: Any, name: str) -> float | int | None:
+    """The :func:`number` in attribute ``name`` of an NVML structure, None if absent."""
+    return number(getattr(obj, name, None))
+
+
+def gpu_count(nvml: Any) -> int:
+    """``nvmlDeviceGetCount()``; raises :class:`~ranksight.collectors.base.Unavailable`
+    if the answer is no count (NVML errors propagate)."""
+    count = nvml.nvmlDeviceGetCount()
+    if type(count) is not int or not 0 <= count < 1 << 16:
+        raise Unavailable(f"NVML answered {count!r:.40} for the number of GPUs")
+    return count
 
 
 class GpuLost(RuntimeError):
@@ -100,7 +125,8 @@ class SafeReader:
 
     def fields(self, index: int, handle: Any, wanted: dict[str, Any]) -> dict[str, float | None]:
         """Field values by name for ``wanted`` ``{name: field id or (id, scope)}`` in one
-        ``nvmlDeviceGetFieldValues`` call; a field the GPU does not report is None."""
+        ``nvmlDeviceGetFieldValues`` call; a field the GPU does not report, or whose value
+        is no finite number, is None."""
         out: dict[str, float | None] = dict.fromkeys(wanted)
         skip = self.not_reported.setdefault(index, set())
         asked = {k: v for k, v in wanted.items() if k not in skip}
@@ -112,7 +138,7 @@ class SafeReader:
             return out
         for name, fv in zip(asked, values, strict=True):
             if fv.nvmlReturn == 0:
-                out[name] = getattr(fv.value, _VALUE_MEMBER.get(fv.valueType, "ullVal"))
+                out[name] = member(fv.value, _VALUE_MEMBER.get(fv.valueType, "ullVal"))
             elif fv.nvmlReturn == self._lost:
                 raise GpuLost(f"GPU {index}: field {name}: GPU is lost")
             else:

@@ -142,6 +142,46 @@ class RecordingNvml:
         return value
 
 
+def check_recording(recording: Any, source: str) -> None:
+    """Raise ValueError naming ``source`` and the place if ``recording`` is not of the
+    shape in the module doc: ``system`` a dict of answers, ``snapshots`` a non-empty
+    list of ``{"devices": [answers, ...]}``, each answer ``{"value": ...}`` or
+    ``{"error": name, "code": int}``, each field ``{"ret": int, "type": int, "value"}``."""
+    if not isinstance(recording, dict):
+        raise ValueError(f"{source}: no NVML recording (a {type(recording).__name__})")
+    snaps = recording.get("snapshots")
+    if not isinstance(snaps, list) or not snaps:
+        raise ValueError(f"{source}: 'snapshots' is no list of snapshots")
+    _check_answers(recording.get("system"), f"{source}: system")
+    for k, snap in enumerate(snaps):
+        devices = snap.get("devices") if isinstance(snap, dict) else None
+        if not isinstance(devices, list):
+            raise ValueError(f"{source}: snapshot {k} has no list of devices")
+        for i, answers in enumerate(devices):
+            _check_answers(answers, f"{source}: snapshot {k} GPU {i}")
+
+
+def _check_answers(answers: Any, where: str) -> None:
+    if not isinstance(answers, dict):
+        raise ValueError(f"{where} is no dict of answers")
+    for key, answer in answers.items():
+        if key == "fields":
+            _check_fields(answer, where)
+        elif not isinstance(answer, dict) or not (
+            type(answer.get("code")) is int if "error" in answer else "value" in answer
+        ):
+            raise ValueError(f"{where}: {key} is no answer ({answer!r:.60})")
+
+
+def _check_fields(fields: Any, where: str) -> None:
+    if not isinstance(fields, dict):
+        raise ValueError(f"{where}: fields is no dict")
+    for key, fv in fields.items():
+        if not (isinstance(fv, dict) and type(fv.get("ret")) is int
+                and type(fv.get("type")) is int and "value" in fv):  # fmt: skip
+            raise ValueError(f"{where}: field {key} is no field answer ({fv!r:.60})")
+
+
 def _address(handle: Any) -> int:
     """A device handle's address (handles from different calls compare by it)."""
     if isinstance(handle, _ReplayHandle):
@@ -169,7 +209,10 @@ class ReplayNvml:
     KeyError naming it, so a collector asking something new is caught by the tests.
     """
 
-    def __init__(self, recording: dict, *, overrides: dict | None = None, events=()) -> None:
+    def __init__(
+        self, recording: dict, *, overrides: dict | None = None, events=(), source: str = ""
+    ) -> None:
+        check_recording(recording, source or "the NVML recording")
         self.recording = recording
         self.overrides = dict(overrides or {})
         self.events = list(events)
@@ -180,8 +223,12 @@ class ReplayNvml:
     def load(cls, path: str, **kw: Any) -> ReplayNvml:
         """A replay of the JSON recording at ``path`` (``.gz``: gzip-compressed)."""
         opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rt") as f:
-            return cls(json.load(f), **kw)
+        try:
+            with opener(path, "rt") as f:
+                recording = json.load(f)
+        except (ValueError, EOFError, gzip.BadGzipFile) as exc:  # no JSON, no UTF-8, no gzip
+            raise ValueError(f"{path}: no JSON NVML recording ({exc})") from None
+        return cls(recording, source=path, **kw)
 
     def advance(self) -> None:
         """Answer from the next snapshot (the last one stays once reached)."""
@@ -211,6 +258,8 @@ class ReplayNvml:
             self._answer(None, call_key(name, args))  # recorded as created
             return _ReplayHandle(-1)
         device = name.startswith("nvmlDevice") and name not in _NO_HANDLE and args
+        if device and not isinstance(args[0], _ReplayHandle):  # as NVML answers a bad handle
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         index = args[0].index if device else None
         rest = args[1:] if device else args
         if name == "nvmlDeviceGetFieldValues":

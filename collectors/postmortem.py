@@ -25,77 +25,99 @@ import os
 import re
 
 from ranksight.collectors.base import Collector, NodeContext, Rows
-from ranksight.collectors.local_ranks import is_alive
-from ranksight.trainer_hooks.blackbox import read_blackbox
+from ranksight.collectors.local_ranks import is_alive, run_place
+from ranksight.collectors.sysfs import read_head
+from ranksight.store.fit import fit_int
+from ranksight.trainer_hooks.blackbox import HEADER, SLOT, parse_blackbox
 
 log = logging.getLogger("ranksight.collectors.postmortem")
 
-_FILE = re.compile(r"^(blackbox|crash)-rank(\d+)-(\d+)\.(bin|txt)$")
-_ATTEMPT = re.compile(r"^a(\d+)$")
+_FILE = re.compile(r"(blackbox|crash)-rank([0-9]{1,10})-([0-9]{1,10})\.(bin|txt)", re.ASCII)
 MAX_STACK_CHARS = 200_000
-"""Longest crash text kept (characters); the rest is cut, with a note."""
+"""Longest crash text kept (characters, as many bytes read at most); the rest is cut,
+with a note."""
+MAX_BLACKBOX_BYTES = HEADER.size + 4096 * SLOT.size
+"""Largest black box read (4096 slots, 64 times what the hooks write): a bigger file is
+no black box of ours and is not read."""
+_OPS = {"group_seq": "UInt64", "numel_in": "UInt64", "numel_out": "UInt64", "bytes": "UInt64",
+        "enqueue_ns": "Int64"}  # fmt: skip
+"""Black-box op fields whose slot type (int64) is wider than their column."""
 
 
 def _where(path: str) -> tuple[str, int, int, int] | None:
-    """(run_id, attempt, rank, pid) named by a black box or crash file path."""
-    m = _FILE.match(os.path.basename(path))
-    a = _ATTEMPT.match(os.path.basename(os.path.dirname(path)))
-    run_id = os.path.basename(os.path.dirname(os.path.dirname(path)))
-    if not m or not a or not run_id:
+    """(run_id, attempt, rank, pid) named by a black box or crash file path; None for
+    another file, a rank past ``2**31 - 1`` or a pid past ``2**32 - 1``."""
+    place = run_place(path, _FILE)
+    if place is None:
         return None
-    return run_id, int(a.group(1)), int(m.group(2)), int(m.group(3))
+    run_id, attempt, m = place
+    rank, pid = int(m.group(2)), int(m.group(3))
+    return (run_id, attempt, rank, pid) if rank < 1 << 31 and pid < 1 << 32 else None
 
 
 def gone_row(header: dict, run_id: str, attempt: int, rank: int, pid: int, host: str) -> dict:
     """The ``rank_ends`` row of a rank whose process ended without recording its end (the
-    black box was not flushed): the step it was in, the time of its last op or step."""
+    black box was not flushed): the step it was in (-1 when the box names none a column
+    holds), the time of its last op or step."""
+    step = fit_int(header["step"], "Int32")
     return {
         "run_id": run_id, "attempt": attempt, "rank": rank, "host": host, "pid": pid,
         "ts_ns": int(header["last_ns"]), "source": "agent", "reason": "gone", "code": -1,
         "detail": "the process ended without recording its end (killed outright?)",
-        "last_step": int(header["step"]),
+        "last_step": step if step is not None else -1,
     }  # fmt: skip
+
+
+def read_box(path: str) -> tuple[dict, list[dict]]:
+    """:func:`~ranksight.trainer_hooks.blackbox.parse_blackbox` of the file at ``path``,
+    read without waiting and within :data:`MAX_BLACKBOX_BYTES`. Raises ValueError naming
+    the file if it is no black box (or a bigger one), OSError if it cannot be read (a
+    folder, a FIFO: :class:`~ranksight.collectors.sysfs.NotAFile`)."""
+    data = read_head(path, MAX_BLACKBOX_BYTES)
+    if len(data) > MAX_BLACKBOX_BYTES:
+        raise ValueError(f"{path}: more than {MAX_BLACKBOX_BYTES} bytes: no black box")
+    return parse_blackbox(data, path)
 
 
 def inflight_rows(path: str, run_id: str, attempt: int, rank: int) -> list[dict]:
     """``collectives`` rows of the ops in flight in black box ``path`` (none if the hooks
-    flushed them). Raises ValueError/OSError as :func:`read_blackbox` does."""
-    header, ops = read_blackbox(path)
+    flushed them). Raises ValueError/OSError as :func:`read_box` does."""
+    return _inflight(read_box(path), path, run_id, attempt, rank)
+
+
+def _inflight(box: tuple[dict, list[dict]], path: str, run_id: str, attempt: int, rank: int):
+    header, ops = box
     if header["flushed"]:
         return []
-    return [
-        {
-            "run_id": run_id,
-            "attempt": attempt,
-            "rank": rank,
-            "step": o["step"],
-            "phase": o["phase"],
-            "group_id": o["group_id"],
-            "group_ranks": o["group_ranks"],
-            "group_seq": o["group_seq"],
-            "op": o["op"],
-            "peer": o["peer"],
-            "dtype": o["dtype"],
-            "numel_in": o["numel_in"],
-            "numel_out": o["numel_out"],
-            "bytes": o["bytes"],
-            "enqueue_ns": o["enqueue_ns"],
-            "start_ns": o["enqueue_ns"],
-            "end_ns": 0,
+    rows, garbage = [], 0
+    for o in ops:
+        if o["end_ns"] != 0 or o["enqueue_ns"] <= 0:
+            continue
+        if any(fit_int(o[k], t) != o[k] for k, t in _OPS.items()):
+            garbage += 1  # a negative count or sequence number: a damaged slot
+            continue
+        rows.append({
+            "run_id": run_id, "attempt": attempt, "rank": rank, "step": o["step"],
+            "phase": o["phase"], "group_id": o["group_id"], "group_ranks": o["group_ranks"],
+            "group_seq": o["group_seq"], "op": o["op"], "peer": o["peer"], "dtype": o["dtype"],
+            "numel_in": o["numel_in"], "numel_out": o["numel_out"], "bytes": o["bytes"],
+            "enqueue_ns": o["enqueue_ns"], "start_ns": o["enqueue_ns"], "end_ns": 0,
             "wait_ns": 0,
-        }  # fmt: skip
-        for o in ops
-        if o["end_ns"] == 0 and o["enqueue_ns"] > 0
-    ]
+        })  # fmt: skip
+    if garbage:
+        log.warning("%s: %d in-flight ops with negative counts or sequence numbers left out",
+                    path, garbage)  # fmt: skip
+    return rows
 
 
 def crash_row(path: str, run_id: str, attempt: int, rank: int, pid: int, host: str) -> dict | None:
-    """A ``stacks`` row (trigger ``crash``) from a faulthandler file, None if it is empty."""
-    with open(path, errors="replace") as f:
-        text = f.read(MAX_STACK_CHARS + 1)
+    """A ``stacks`` row (trigger ``crash``) from a faulthandler file, None if it is empty.
+    Raises OSError if it cannot be read (a folder, a FIFO: never waited on)."""
+    data = read_head(path, MAX_STACK_CHARS)
+    text = data.decode("utf-8", "replace")
     if not text.strip():
         return None
-    if len(text) > MAX_STACK_CHARS:
+    if len(data) > MAX_STACK_CHARS:
         text = text[:MAX_STACK_CHARS] + "\n[cut]"
     return {
         "run_id": run_id, "attempt": attempt, "rank": rank, "host": host, "pid": pid,
@@ -132,11 +154,11 @@ class PostmortemCollector(Collector):
                 if is_alive(pid, os.stat(path).st_mtime):
                     continue
                 if path.endswith(".bin"):
-                    rows["collectives"] += inflight_rows(path, run_id, attempt, rank)
-                    header, _ = read_blackbox(path)
-                    if not header["flushed"]:
+                    box = read_box(path)
+                    rows["collectives"] += _inflight(box, path, run_id, attempt, rank)
+                    if not box[0]["flushed"]:
                         host = self.ctx.host
-                        rows["rank_ends"].append(gone_row(header, run_id, attempt, rank, pid, host))
+                        rows["rank_ends"].append(gone_row(box[0], run_id, attempt, rank, pid, host))
                 else:
                     row = crash_row(path, run_id, attempt, rank, pid, self.ctx.host)
                     if row is not None:

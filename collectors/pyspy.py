@@ -23,6 +23,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from ranksight.store.fit import fit
+
 from .base import Unavailable
 from .local_ranks import LocalRank, rank_problem
 
@@ -101,20 +103,32 @@ def _dump_once(pid: int, command: tuple[str, ...], config: PySpyConfig) -> Stack
     args = [*command, "dump", "--pid", str(pid), "--json"] + (["--native"] if config.native else [])
     t0 = time.monotonic()
     try:
-        out = subprocess.run(args, capture_output=True, text=True, timeout=config.timeout_s)
+        out = subprocess.run(args, capture_output=True, timeout=config.timeout_s)
         text, err, rc = out.stdout, out.stderr, out.returncode
     except subprocess.TimeoutExpired:
-        text, err, rc = "", f"py-spy timed out after {config.timeout_s:g} s", -1
-    took = (time.monotonic() - t0) * 1000
+        text, err, rc = b"", f"py-spy timed out after {config.timeout_s:g} s".encode(), -1
+    return parse_dump(pid, rc, text, err, (time.monotonic() - t0) * 1000, config.native)
+
+
+def parse_dump(
+    pid: int, rc: int, stdout: bytes, stderr: bytes, took_ms: float, native: bool
+) -> StackDump:
+    """The :class:`StackDump` of what ``py-spy dump --json`` printed (bytes; what is no
+    UTF-8 is replaced) and its exit status ``rc``: ok only for exit 0 with a JSON list of
+    thread objects; anything else is a failed dump whose error says what it printed."""
+    text, err = stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
     if rc == 0:
         try:
-            threads = tuple(json.loads(text))
-            return StackDump(pid, True, "", threads, text, took, config.native, False)
-        except ValueError as exc:
-            err = f"py-spy printed no JSON: {exc}"
+            threads = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            err = f"py-spy printed no JSON: {str(exc)[:200] or type(exc).__name__}"
+        else:
+            if isinstance(threads, list) and all(isinstance(t, dict) for t in threads):
+                return StackDump(pid, True, "", tuple(threads), text, took_ms, native, False)
+            err = "py-spy printed JSON that is no list of threads"
     message = _first_line(err or text) or f"py-spy exited with {rc}"
     denied = any(d in (err + text).lower() for d in _DENIED)
-    return StackDump(pid, False, message, (), "", took, config.native, denied)
+    return StackDump(pid, False, message, (), "", took_ms, native, denied)
 
 
 def _first_line(text: str) -> str:
@@ -126,19 +140,24 @@ def _first_line(text: str) -> str:
 
 def summarize(threads: tuple[dict, ...] | list[dict], depth: int = 4) -> str:
     """One line per thread: ``name (tid) active+gil: f (file:line) <- g (file:line) ...``
-    with the ``depth`` innermost frames."""
+    with the ``depth`` innermost frames (a frame or frame list of another shape is
+    shown as ``?``)."""
     lines = []
     for t in threads:
         state = ("active" if t.get("active") else "idle") + ("+gil" if t.get("owns_gil") else "")
-        frames = [
-            f"{f.get('name')} ({f.get('short_filename') or f.get('filename')}:{f.get('line')})"
-            for f in (t.get("frames") or [])[:depth]
-        ]
+        frames = t.get("frames")
+        shown = [_frame(f) for f in (frames if isinstance(frames, list) else ["?"])[:depth]]
         name = t.get("thread_name") or "?"
         lines.append(
-            f"{name} ({t.get('os_thread_id')}) {state}: {' <- '.join(frames) or '(no frames)'}"
+            f"{name} ({t.get('os_thread_id')}) {state}: {' <- '.join(shown) or '(no frames)'}"
         )
     return "\n".join(lines)
+
+
+def _frame(f) -> str:
+    if not isinstance(f, dict):
+        return "?"
+    return f"{f.get('name')} ({f.get('short_filename') or f.get('filename')}:{f.get('line')})"
 
 
 REFUSED = "refused: "
@@ -182,7 +201,7 @@ class StackTaker:
             no_dump = StackDump(
                 lr.pid, False, REFUSED + problem, (), "", 0.0, self.config.native, False
             )
-            self.refused.append(self._row(lr, no_dump, trigger, ts))
+            self.refused.append(self.row(lr, no_dump, trigger, ts))
         ranks = proven
         if not ranks:
             return []
@@ -192,10 +211,16 @@ class StackTaker:
         if any(d.permission_denied for d in dumps) and not self.permission_warned:
             self.permission_warned = True
             log.warning(PERMISSION_FIX)
-        return [self._row(lr, d, trigger, ts) for lr, d in zip(ranks, dumps, strict=True)]
+        return [self.row(lr, d, trigger, ts) for lr, d in zip(ranks, dumps, strict=True)]
 
-    def _row(self, lr: LocalRank, d: StackDump, trigger: str, ts: int) -> dict:
+    def row(self, lr: LocalRank, d: StackDump, trigger: str, ts: int) -> dict:
+        """The ``stacks`` row of dump ``d`` of rank ``lr`` (text made to fit its column:
+        JSON may name a thread with a lone surrogate, ``"\\udcff"``)."""
         error = f"{d.error} -- {PERMISSION_FIX}" if d.permission_denied else d.error
+        (row,) = fit("stacks", [self._row(lr, d, trigger, ts, error)])
+        return row
+
+    def _row(self, lr: LocalRank, d: StackDump, trigger: str, ts: int, error: str) -> dict:
         return {
             "run_id": lr.run_id,
             "attempt": lr.attempt,

@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass
 
 from .base import Collector, NodeContext, Rows, Unavailable
-from .counters import CounterSet
-from .sysfs import list_dir, pci_address, read_int, read_text
+from .counters import MAX_RATE_PER_S, CounterSet
+from .sysfs import BAD, list_dir, pci_address, read_int, read_text
 
 WORD_COUNTERS = frozenset({"port_xmit_data", "port_rcv_data"})
 """Counters in 4-byte words; stored multiplied by 4 (bytes)."""
@@ -63,6 +63,7 @@ DEFAULT_COUNTERS = frozenset(
 
 NOT_COUNTERS = frozenset({"lifespan"})
 """Files in ``hw_counters/`` that are settings, not counters."""
+_U64 = 1 << 64
 
 
 @dataclass(kw_only=True, slots=True)
@@ -103,14 +104,15 @@ class RdmaCollector(Collector):
         self._states: dict[tuple[str, int], tuple] = {}
 
     def open(self) -> None:
-        """Find the ports; raises :class:`Unavailable` if there are none."""
+        """Find the ports (folders named by a port number, 1-255 as IB numbers them);
+        raises :class:`Unavailable` if there are none."""
         root = os.path.join(self.ctx.sysfs_root, "class", "infiniband")
         self.ports = []
         for path in sorted(glob.glob(os.path.join(glob.escape(root), "*", "ports", "*"))):
-            number = os.path.basename(path)
-            if number.isdigit():
+            name = os.path.basename(path)
+            if name.isascii() and name.isdigit() and 0 < int(name) < 256:
                 device = os.path.basename(os.path.dirname(os.path.dirname(path)))
-                self.ports.append(Port(path, device, int(number)))
+                self.ports.append(Port(path, device, int(name)))
         if not self.ports:
             raise Unavailable(f"no RDMA devices under {root}")
 
@@ -133,15 +135,20 @@ class RdmaCollector(Collector):
                     self.config.all_counters or name in DEFAULT_COUNTERS
                 ):
                     continue
-                value = read_int(os.path.join(folder, name))
-                if value is not None:
+                path = os.path.join(folder, name)
+                value = read_int(path)
+                if value is not None and name in WORD_COUNTERS and value >= _U64 // 4:
+                    BAD.note(path, f"{value} words are more bytes than 64 bits hold: not read")
+                elif value is not None:
                     out.append((name, value))
         return out
 
     def _sample(self, port: Port, counter: str, raw: int, now_ns: int) -> dict:
         """One ``nic_samples`` row (wrap/reset detected on the raw value)."""
-        ch = self._counters.update((port.device, port.port, counter), raw, now_ns)
         scale = 4 if counter in WORD_COUNTERS else 1
+        unit = "bytes" if scale == 4 else "count"
+        key = (port.device, port.port, counter)
+        ch = self._counters.update(key, raw, now_ns, MAX_RATE_PER_S[unit] / scale)
         return {
             "host": self.ctx.host,
             "ts_ns": now_ns,
@@ -149,7 +156,7 @@ class RdmaCollector(Collector):
             "device": port.device,
             "port": port.port,
             "counter": counter,
-            "unit": "bytes" if scale == 4 else "count",
+            "unit": unit,
             "value": raw * scale,
             "delta": ch.delta * scale,
             "rate_per_s": ch.rate_per_s * scale,

@@ -22,6 +22,7 @@ from typing import Any
 
 from .base import Collector, NodeContext, Rows, Unavailable
 from .nvml import load_nvml, pci_bus_id, text
+from .nvml_read import gpu_count
 from .sysfs import list_dir, numa_node, pci_address, pci_chain, read_text
 
 RELATIONS = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -105,11 +106,11 @@ class TopologyCollector(Collector):
         except Unavailable:
             return
         try:
-            for index in range(n.nvmlDeviceGetCount()):
+            for index in range(gpu_count(n)):
                 h = n.nvmlDeviceGetHandleByIndex(index)
-                bus = pci_bus_id(n.nvmlDeviceGetPciInfo(h).busId)
+                bus = pci_bus_id(getattr(n.nvmlDeviceGetPciInfo(h), "busId", ""))
                 self._ids[bus] = (index, text(n.nvmlDeviceGetUUID(h)))
-        except n.NVMLError:
+        except (n.NVMLError, Unavailable):  # the PCI tree alone still pairs them
             pass
         finally:
             n.nvmlShutdown()

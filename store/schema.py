@@ -443,7 +443,7 @@ NIC_SAMPLES = Table(
         ("value", "UInt64"),
         ("delta", "UInt64"),  # since the previous sample (wrap and reset handled)
         ("rate_per_s", "Float64"),  # NaN on a device's first sample
-        ("note", "String"),  # "" | wrap32 | wrap64 | reset
+        ("note", "String"),  # "" | wrap32 | wrap64 | reset | jump (garbage: no delta, no rate)
     ),
     order_by=("host", "device", "counter", "ts_ns"),
     time_column="ts_ns",

@@ -156,7 +156,11 @@ def read_blackbox(path: str) -> tuple[dict[str, int], list[dict[str, Any]]]:
     ``written``, ``flushed``, ``step`` and ``last_ns``. Raises ValueError naming the file if it is not one
     (wrong magic, truncated) and OSError if it cannot be read."""
     with open(path, "rb") as f:
-        data = f.read()
+        return parse_blackbox(f.read(), path)
+
+
+def parse_blackbox(data: bytes, path: str) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """:func:`read_blackbox` of the bytes of the file at ``path`` (named in errors)."""
     if len(data) < HEADER.size:
         raise ValueError(f"{path}: {len(data)} bytes is too short for a black box header")
     magic, slots, written, flushed, step, last_ns = HEADER.unpack_from(data, 0)
