@@ -11,6 +11,7 @@ calls and units are those of the NVML API reference (nvml.h) through ``pynvml``
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,8 @@ from .base import Collector, NodeContext, Rows, Unavailable
 from .counters import CounterSet
 from .local_ranks import LocalRanks
 from .nvml_read import GpuLost, SafeReader, clock_event_names, gpu_count, member, number
+
+log = logging.getLogger("ranksight.collectors.nvml")
 
 _ALL_LINKS = 0xFFFFFFFF
 """``scopeId`` asking an NVLink field for the sum over all links (nvml.h: UINT_MAX)."""
@@ -115,32 +118,44 @@ class NvmlCollector(Collector):
         self.nvml: Any = None
         self.local_ranks = local_ranks or LocalRanks(ctx.spool_dir)
         self.gpus: list[Gpu] = []
+        self._lost: list[tuple[int, str]] = []
+        """GPUs found lost at :meth:`open` (index, why), reported by the next collect."""
         self._counters = CounterSet()
 
     def open(self) -> None:
-        """Initialize NVML and list the GPUs. Raises :class:`Unavailable` without NVML."""
+        """Initialize NVML and list the GPUs. Raises :class:`Unavailable` without NVML. A
+        GPU lost already is not read; the first :meth:`collect` reports it."""
         self.nvml = load_nvml(self._nvml_arg)
         n = self.nvml
         self.reader = SafeReader(n)
-        self.gpus = []
+        self.gpus, self._lost = [], []
         for index in range(gpu_count(n)):
-            h = n.nvmlDeviceGetHandleByIndex(index)
-            pci = self.reader.read(index, "pci_bus_id", n.nvmlDeviceGetPciInfo, h)
-            gpu = Gpu(
-                index=index,
-                handle=h,
-                uuid=text(self.reader.read(index, "uuid", n.nvmlDeviceGetUUID, h) or ""),
-                pci_bus_id=pci_bus_id(getattr(pci, "busId", "")) if pci is not None else "",
-                name=text(self.reader.read(index, "name", n.nvmlDeviceGetName, h) or ""),
-            )
-            read = self.reader.read
-            gpu.sm_clock_max_mhz = read(
-                index, "sm_clock_max_mhz", n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_SM
-            )
-            gpu.mem_clock_max_mhz = read(
-                index, "mem_clock_max_mhz", n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_MEM
-            )
-            self.gpus.append(gpu)
+            try:
+                self.gpus.append(self._open_gpu(index))
+            except (GpuLost, n.NVMLError) as exc:
+                if isinstance(exc, n.NVMLError) and exc.value != n.NVML_ERROR_GPU_IS_LOST:
+                    log.warning("GPU %d is not read: %s", index, exc)
+                    continue
+                self._lost.append((index, str(exc)))
+
+    def _open_gpu(self, index: int) -> Gpu:
+        n, read = self.nvml, self.reader.read
+        h = n.nvmlDeviceGetHandleByIndex(index)
+        pci = read(index, "pci_bus_id", n.nvmlDeviceGetPciInfo, h)
+        gpu = Gpu(
+            index=index,
+            handle=h,
+            uuid=text(read(index, "uuid", n.nvmlDeviceGetUUID, h) or ""),
+            pci_bus_id=pci_bus_id(getattr(pci, "busId", "")) if pci is not None else "",
+            name=text(read(index, "name", n.nvmlDeviceGetName, h) or ""),
+        )
+        gpu.sm_clock_max_mhz = read(
+            index, "sm_clock_max_mhz", n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_SM
+        )
+        gpu.mem_clock_max_mhz = read(
+            index, "mem_clock_max_mhz", n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_MEM
+        )
+        return gpu
 
     def close(self) -> None:
         """Shut NVML down (once)."""
@@ -155,6 +170,9 @@ class NvmlCollector(Collector):
         """One ``gpu_samples`` row per GPU not lost; ``gpu_procs`` every ``procs_every``
         samples; a ``gpu_events`` row for a GPU found lost now."""
         rows: Rows = {"gpu_samples": [], "gpu_procs": [], "gpu_events": []}
+        for index, why in self._lost:
+            rows["gpu_events"].append(self._lost_row(now_ns, index, "", why))
+        self._lost = []
         for gpu in self.gpus:
             if gpu.lost:
                 continue
@@ -164,13 +182,14 @@ class NvmlCollector(Collector):
                     rows["gpu_procs"].extend(self._procs(gpu, now_ns))
             except GpuLost as exc:
                 gpu.lost = True
-                code = self.nvml.NVML_ERROR_GPU_IS_LOST
-                event = {"gpu_index": gpu.index, "gpu_uuid": gpu.uuid, "kind": "gpu_lost"}
-                rows["gpu_events"].append(
-                    {**self._node(now_ns), **event, "code": code, "detail": str(exc)}
-                )
+                rows["gpu_events"].append(self._lost_row(now_ns, gpu.index, gpu.uuid, str(exc)))
             gpu.samples += 1
         return rows
+
+    def _lost_row(self, now_ns: int, index: int, uuid: str, why: str) -> dict:
+        """The ``gpu_events`` row of GPU ``index`` found lost."""
+        event = {"gpu_index": index, "gpu_uuid": uuid, "kind": "gpu_lost", "detail": why}
+        return {**self._node(now_ns), **event, "code": self.nvml.NVML_ERROR_GPU_IS_LOST}
 
     def _node(self, now_ns: int) -> dict:
         return {"host": self.ctx.host, "ts_ns": now_ns}

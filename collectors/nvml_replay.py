@@ -244,6 +244,8 @@ class ReplayNvml:
         if index is not None and (index, key) in self.overrides:
             return self.overrides[(index, key)]
         if index is None:
+            if key not in self.recording["system"]:
+                raise KeyError(f"the NVML recording holds no answer to {key}")
             return self.recording["system"][key]
         for snap in reversed(self.recording["snapshots"][: self._snapshot + 1]):
             devices = snap["devices"]

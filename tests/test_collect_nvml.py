@@ -128,6 +128,17 @@ def test_a_lost_gpu_is_reported_once_and_not_read_again(recording) -> None:
     assert event["gpu_uuid"] == "GPU-1b0b5fd2-8a66-1ed5-c453-383807724add"
 
 
+def test_a_gpu_lost_before_the_agent_started_costs_only_itself(recording) -> None:
+    """GPU 1 is lost when the collector opens: GPU 0 is read, GPU 1 reported once."""
+    replay = ReplayNvml(recording, overrides={(1, "nvmlDeviceGetMaxClockInfo(1)"): LOST})
+    c = NvmlCollector(NodeContext(host="vm"), nvml=replay)
+    c.open()
+    out = run_replay(recording, c, replay, n=3)
+    assert [r["gpu_index"] for r in out["gpu_samples"]] == [0, 0, 0]
+    (event,) = out["gpu_events"]
+    assert (event["kind"], event["gpu_index"], event["code"]) == ("gpu_lost", 1, 15)
+
+
 def test_without_nvml_the_collector_is_unavailable() -> None:
     import pynvml
 
