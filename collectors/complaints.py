@@ -7,8 +7,8 @@ import logging
 from collections import Counter
 
 MAX_PLACES = 1000
-"""Places remembered as told; past it, bad input is still counted but no longer logged
-(a tree of a million garbage files must not grow the agent without end)."""
+"""Places remembered as told; past it the oldest is forgotten (and would be told again),
+so that a tree of a million garbage files does not grow the agent without end."""
 
 
 class Complaints:
@@ -17,15 +17,16 @@ class Complaints:
     def __init__(self, log: logging.Logger) -> None:
         self.log = log
         self.counts: Counter[str] = Counter()
-        """Bad inputs met, by place; the sum of all is :attr:`total`."""
+        """Bad inputs met, by place (the last :data:`MAX_PLACES` places)."""
         self.total = 0
+        """Bad inputs met, all places."""
 
     def note(self, place: str, why: str) -> None:
         """Count bad input at ``place``; the first at a place is logged as
         ``<place>: <why>``."""
         self.total += 1
-        if place in self.counts or len(self.counts) < MAX_PLACES:
-            first = place not in self.counts
-            self.counts[place] += 1
-            if first:
-                self.log.warning("%s: %s", place, why)
+        if place not in self.counts:
+            if len(self.counts) >= MAX_PLACES:
+                del self.counts[next(iter(self.counts))]
+            self.log.warning("%s: %s", place, why)
+        self.counts[place] += 1

@@ -291,11 +291,17 @@ class ReplayNvml:
         return to_object(answer["value"])
 
     def _field(self, index: int, field: Any) -> SimpleNamespace:
-        answer = self._answer(index, "fields").get(field_key(field))
-        override = self.overrides.get((index, f"field {field_key(field)}"))
-        answer = override or answer
+        """The field's answer from the latest snapshot (up to the current) holding it."""
+        key = field_key(field)
+        answer = self.overrides.get((index, f"field {key}"))
+        for snap in reversed(self.recording["snapshots"][: self._snapshot + 1]):
+            if answer is not None:
+                break
+            devices = snap["devices"]
+            if index < len(devices):
+                answer = devices[index].get("fields", {}).get(key)
         if answer is None:
-            raise KeyError(f"the NVML recording holds no field {field_key(field)} for GPU {index}")
+            raise KeyError(f"the NVML recording holds no field {key} for GPU {index}")
         member = _VALUE_MEMBER.get(answer["type"], "ullVal")
         value = SimpleNamespace(**{member: answer["value"]})
         fid = field[0] if isinstance(field, tuple) else field

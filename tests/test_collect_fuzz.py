@@ -18,7 +18,6 @@ import math
 import os
 import shutil
 import struct
-import subprocess
 import tempfile
 import threading
 
@@ -336,9 +335,9 @@ def test_spool_names_give_ranks_that_fit_or_none(rank, attempt, tail, run) -> No
 
 
 def _dead_pid() -> int:
-    p = subprocess.Popen(["true"])
-    p.wait()
-    return p.pid
+    """A pid no process can have (one past the kernel's ``pid_max``): the rank is gone."""
+    with open("/proc/sys/kernel/pid_max") as f:
+        return int(f.read()) + 1
 
 
 DEAD = _dead_pid()
