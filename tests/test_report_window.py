@@ -127,7 +127,7 @@ def test_the_report_gives_the_jobs_median_step_as_the_ui_does_and_a_ranks_own(sl
 
 def test_runs_lists_what_the_ui_runs_page_shows(slow_run):
     """``ranksight runs`` (piped: no terminal width) prints each run's row of the UI's
-    Runs table whole: status, steps, median step and findings."""
+    Runs table whole: start (UTC), status, steps, median step and findings."""
     from ranksight.ui.data.runs import runs_table
 
     url, store = slow_run
@@ -140,8 +140,10 @@ def test_runs_lists_what_the_ui_runs_page_shows(slow_run):
     assert out.returncode == 0, out.stderr
     (line,) = [x for x in out.stdout.splitlines() if " win " in x]
     cells = [c.strip() for c in line.strip("│ ").split("│")]
+    from ranksight.cli.runs import started
+
     assert cells == [
-        "win", "0", row["status"], str(row["world_size"]),
+        "win", "0", started(row["started_ns"]), row["status"], str(row["world_size"]),
         f"{row['dp']} x {row['tp']} x {row['pp']}", str(row["steps"]),
         f"{row['step_ms']:.0f}", str(row["findings"]),
     ]  # fmt: skip
