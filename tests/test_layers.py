@@ -4,19 +4,7 @@ tests/test_cli_layout.py's."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location(
-        "import_graph", os.path.join(ROOT, "tools", "import_graph.py")
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.test_cli_layout import _import_graph as _tool
 
 
 def test_no_import_circle_and_no_arrow_against_the_layers():
