@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ranksight.cli.common import STORE_OPTION
+from ranksight.cli.common import STORE_OPTION, fail
 from ranksight.store import StoreError, open_store
 from ranksight.store.migrate import migrate, plan_migration
 from ranksight.store.schema import SCHEMA_VERSION
@@ -28,8 +28,7 @@ def migrate_command(
         s.prepare()
         plan = plan_migration(s) if dry_run else migrate(s)
     except StoreError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        fail(str(exc))
     typer.echo(
         plan.describe() if plan.needed else f"{plan.url}: up to date (version {plan.found_version})"
     )
@@ -77,11 +76,9 @@ def init_command(
             raise StoreError(f"{s.url}: --cluster needs a ClickHouse server store (clickhouse://)")
         done = init_cluster(s, cluster, replicated, dry_run=dry_run)
     except ValueError as exc:
-        typer.echo(f"error: --cluster: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail(f"--cluster: {exc}", 2)
     except StoreError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        fail(str(exc))
     typer.echo(done.describe())
     if not dry_run:
         typer.echo(
