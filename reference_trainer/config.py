@@ -22,6 +22,10 @@ HOOK_LEVELS = ("off", "default", "detailed")
 """``ranksight.trainer_hooks`` levels the trainer can ask for."""
 
 
+def _split_text(split: tuple[int, ...]) -> str:
+    return ",".join(map(str, split))
+
+
 def _require_positive(owner: str, **values: int) -> None:
     for name, value in values.items():
         if value < 1:
@@ -44,11 +48,15 @@ class ParallelConfig:
     """How the DP replicas keep in sync: ``replicate`` or ``fsdp`` (FSDP2 ``fully_shard``)."""
     world_size: int | None = None
     """Ranks actually launched (torchrun's WORLD_SIZE); None means dp * tp * pp."""
+    layer_split: tuple[int, ...] | None = None
+    """Blocks per pipeline stage, first stage first (``--layer-split 3,1``): pp entries,
+    each >= 1, summing to ``model.layers``; None splits the blocks as evenly as possible."""
 
     def __post_init__(self) -> None:
         _require_positive(
             "parallel", dp=self.dp, tp=self.tp, pp=self.pp, microbatches=self.microbatches
         )
+        self._check_layer_split()
         if self.dp_mode not in DP_MODES:
             raise ValueError(f"parallel.dp_mode must be one of {DP_MODES}, got {self.dp_mode!r}")
         if self.microbatches < self.pp:
@@ -60,6 +68,21 @@ class ParallelConfig:
             raise ValueError(
                 f"world size {self.world_size} != dp*tp*pp = {self.dp}*{self.tp}*{self.pp} "
                 f"= {self.mesh_size}"
+            )
+
+    def _check_layer_split(self) -> None:
+        split = self.layer_split
+        if split is None:
+            return
+        if len(split) != self.pp:
+            raise ValueError(
+                f"parallel.layer_split (--layer-split) {_split_text(split)} has "
+                f"{len(split)} entries, want one per pipeline stage (pp = {self.pp})"
+            )
+        if any(n < 1 for n in split):
+            raise ValueError(
+                f"parallel.layer_split (--layer-split) {_split_text(split)}: every stage "
+                "needs at least one block (entries >= 1)"
             )
 
     @property
@@ -193,6 +216,12 @@ class TrainConfig:
         if m.layers < pp:
             raise ValueError(
                 f"model.layers ({m.layers}) must be >= pp ({pp}): every stage needs a block"
+            )
+        split = self.parallel.layer_split
+        if split is not None and sum(split) != m.layers:
+            raise ValueError(
+                f"parallel.layer_split (--layer-split) {_split_text(split)} sums to "
+                f"{sum(split)} blocks, want model.layers ({m.layers})"
             )
 
     def to_record(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ built, so any pipeline split builds exactly the same model.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -130,24 +131,37 @@ def _normal(weight: torch.Tensor, std: float, gen: torch.Generator) -> None:
     weight.copy_(torch.randn(weight.shape, generator=gen) * std)
 
 
-def stage_layers(layers: int, pp: int, stage: int) -> range:
+def stage_layers(layers: int, pp: int, stage: int, split: Sequence[int] | None = None) -> range:
     """Global indices of the blocks pipeline ``stage`` holds (0-based).
 
-    Blocks are split as evenly as possible; the first ``layers % pp`` stages get one more.
-    Raises ValueError if ``layers < pp`` or ``stage`` is not in ``[0, pp)``.
+    ``split``: blocks per stage, first stage first (the trainer's ``--layer-split``);
+    None splits as evenly as possible, the first ``layers % pp`` stages getting one more.
+    Raises ValueError if ``layers < pp``, ``stage`` is not in ``[0, pp)``, or ``split``
+    does not have ``pp`` entries, each >= 1, summing to ``layers``.
     """
     if layers < pp:
         raise ValueError(f"cannot split {layers} layers over {pp} pipeline stages")
     if not 0 <= stage < pp:
         raise ValueError(f"stage {stage} is outside [0, {pp})")
+    if split is not None:
+        if len(split) != pp or sum(split) != layers or min(split) < 1:
+            raise ValueError(
+                f"layer split {list(split)} must have {pp} entries, each >= 1, "
+                f"summing to {layers} layers"
+            )
+        start = sum(split[:stage])
+        return range(start, start + split[stage])
     base, extra = divmod(layers, pp)
     start = stage * base + min(stage, extra)
     return range(start, start + base + (1 if stage < extra else 0))
 
 
-def build_stage(cfg: ModelConfig, pp: int, stage: int, seed: int) -> GPTStage:
-    """The CPU module of pipeline ``stage`` of ``pp``, weights initialised from ``seed``."""
-    layer_ids = stage_layers(cfg.layers, pp, stage)
+def build_stage(
+    cfg: ModelConfig, pp: int, stage: int, seed: int, split: Sequence[int] | None = None
+) -> GPTStage:
+    """The CPU module of pipeline ``stage`` of ``pp``, weights initialised from ``seed``;
+    ``split`` as :func:`stage_layers` takes it."""
+    layer_ids = stage_layers(cfg.layers, pp, stage, split)
     module = GPTStage(cfg, layer_ids, first=stage == 0, last=stage == pp - 1)
     module.init_weights(seed)
     return module

@@ -127,7 +127,7 @@ def _wrap_dp(module: GPTStage, dp_mesh: DeviceMesh, cfg: TrainConfig) -> None:
 def parallelize_stage(cfg: TrainConfig, mesh: DeviceMesh, device: torch.device) -> GPTStage:
     """This rank's pipeline stage module: built on CPU, TP-sharded, moved, DP-wrapped."""
     pp_idx = mesh.get_local_rank("pp")
-    module = build_stage(cfg.model, cfg.parallel.pp, pp_idx, cfg.seed)
+    module = build_stage(cfg.model, cfg.parallel.pp, pp_idx, cfg.seed, cfg.parallel.layer_split)
     module.to(device)
     if cfg.parallel.tp > 1:
         parallelize_module(module, mesh["tp"], tp_plan(module))

@@ -70,6 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=int, default=mod.seq_len)
     p.add_argument("--d-model", type=int, default=mod.d_model)
     p.add_argument("--layers", type=int, default=mod.layers)
+    p.add_argument(
+        "--layer-split",
+        type=_layer_split,
+        default=None,
+        metavar="N,N,...",
+        help="blocks per pipeline stage, e.g. 3,1 (pp entries summing to --layers; "
+        "default: as even as possible)",
+    )
     p.add_argument("--heads", type=int, default=mod.heads)
     p.add_argument("--lr", type=float, default=opt.lr)
     p.add_argument("--warmup", type=int, default=opt.warmup_steps, help="warmup steps")
@@ -92,6 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _layer_split(text: str) -> tuple[int, ...]:
+    """``"3,1"`` -> ``(3, 1)``; argparse names ``--layer-split`` in the error it raises."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of block counts like 3,1"
+        )
+    return tuple(int(p) for p in parts)
+
+
 def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
     """Parse ``argv`` into a validated :class:`TrainConfig`.
 
@@ -108,6 +126,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
             pp=a.pp,
             microbatches=a.microbatches,
             dp_mode=a.dp_mode,
+            layer_split=a.layer_split,
             world_size=int(world) if world else None,
         ),
         model=ModelConfig(d_model=a.d_model, layers=a.layers, heads=a.heads, seq_len=a.seq_len),
@@ -244,7 +263,8 @@ def _is_logger(t: Trainer) -> bool:
 def _log_start(t: Trainer) -> None:
     cfg = t.cfg
     per_stage = [
-        len(stage_layers(cfg.model.layers, cfg.parallel.pp, s)) for s in range(cfg.parallel.pp)
+        len(stage_layers(cfg.model.layers, cfg.parallel.pp, s, cfg.parallel.layer_split))
+        for s in range(cfg.parallel.pp)
     ]
     print(
         f"ranksight reference trainer: {count_params(cfg.model):,} params, "
