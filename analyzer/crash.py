@@ -101,9 +101,9 @@ def rank_ends(ends: pd.DataFrame, last_seen: pd.Series, last_step: pd.Series) ->
     agent = ends[ends["source"] == "agent"] if not ends.empty else ends
     by_agent = {int(r.rank): r for r in agent.itertuples()} if not ends.empty else {}
     for r in hooks.itertuples() if not ends.empty else ():
-        out[int(r.rank)] = RankEnd(
-            int(r.rank), str(r.reason), int(r.ts_ns), int(r.code), str(r.detail), int(r.last_step)
-        )
+        how, code, detail = _own_end(str(r.reason), int(r.code), str(r.detail),
+                                     by_launcher.get(int(r.rank)))  # fmt: skip
+        out[int(r.rank)] = RankEnd(int(r.rank), how, int(r.ts_ns), code, detail, int(r.last_step))
     for rank, seen in last_seen.items():
         rank = int(rank)
         lr = by_launcher.get(rank)
@@ -125,6 +125,24 @@ def rank_ends(ends: pd.DataFrame, last_seen: pd.Series, last_step: pd.Series) ->
             detail = str(lr.detail) if lr is not None else "no end recorded; its records stopped"
             out[rank] = RankEnd(rank, "gone", int(seen), code, detail, step, root)
     return out
+
+
+CLEAN_EXIT = "ended cleanly at interpreter exit (its hooks closed there)"
+"""How a rank that ended at interpreter exit is worded when nothing says it failed: a
+script under zero-code attach that never calls ``destroy_process_group`` (Lightning and
+the Hugging Face Trainer on gloo) ends so on every rank."""
+
+
+def _own_end(reason: str, code: int, detail: str, launcher: object) -> tuple[str, int, str]:
+    """(how, code, detail) of a rank's own end record. An interpreter ``exit`` is a clean
+    end (:data:`CLEAN_EXIT`) unless the launcher saw the process exit with a code other
+    than 0 (``sys.exit(N)`` also ends at interpreter exit): then it is ``exit_code``."""
+    if reason != "exit":
+        return reason, code, detail
+    exit_code = int(getattr(launcher, "code", -1)) if launcher is not None else -1
+    if exit_code > 0:
+        return "exit_code", exit_code, f"exit code {exit_code} at interpreter exit"
+    return reason, code, CLEAN_EXIT
 
 
 def find_crash(
@@ -204,6 +222,8 @@ def crash_finding(
             if how in ("signal", "exit_code") or report.ends[r].code in (-15, -9)
             else "failed after it"
             if how == "exception"
+            else CLEAN_EXIT
+            if how == "exit"
             else how
         )
         others.setdefault(key, []).append(r)

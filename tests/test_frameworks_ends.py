@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from ranksight.agent.stall import StallWatcher, stopped_state
-from ranksight.analyzer.crash import find_crash
+from ranksight.analyzer.crash import CLEAN_EXIT, crash_finding, find_crash
 from ranksight.collectors.base import NodeContext
 from ranksight.collectors.local_ranks import LocalRank
 from tests.frameworks import Job, described, torchrun
@@ -65,6 +65,26 @@ def test_a_clean_exit_whose_last_records_are_on_the_way_is_no_crash():
                   99 * S)])  # fmt: skip
     report = find_crash(pd.concat([clean, box]), seen, steps, "running")
     assert report is not None and report.culprit.rank == 1, "the agent saw its process end"
+
+
+def test_an_interpreter_exit_is_worded_as_the_clean_end_it_is():
+    rows = [(r, "hooks", "exit", -1, "interpreter exit without hooks.close()", 40, 100 * S)
+            for r in (0, 2, 3)]  # fmt: skip
+    killed = [(1, "launcher", "exit_code", -9, "signal 9 (SIGKILL); root cause", 20, 90 * S)]
+    seen = pd.Series({0: 100 * S, 1: 90 * S, 2: 100 * S, 3: 100 * S})
+    steps = pd.Series({r: 40 for r in range(4)})
+    report = find_crash(_ends(rows + killed), seen, steps, "failed")
+    assert report is not None and report.culprit.rank == 1
+    found = crash_finding(report, pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+    assert f"3 rank(s) {CLEAN_EXIT}" in found.summary, found.summary
+    assert {found.evidence["ends"][r]["detail"] for r in "023"} == {CLEAN_EXIT}
+    # sys.exit(1) also ends at interpreter exit: the launcher's exit code says it failed
+    failed = [(1, "hooks", "exit", -1, "interpreter exit without hooks.close()", 20, 90 * S),
+              (1, "launcher", "exit_code", 1, "exit code 1; root cause", 20, 90 * S)]  # fmt: skip
+    report = find_crash(_ends(rows + failed), seen, steps, "failed")
+    assert report is not None and report.culprit.how == "exit_code"
+    assert "exited with code 1" in crash_finding(report, pd.DataFrame(), pd.DataFrame(),
+                                                 pd.DataFrame()).summary  # fmt: skip
 
 
 @pytest.mark.e2e
