@@ -30,6 +30,12 @@ gc_pauses       transient_straggler   gc              no single rank (-1): each 
 none            (no finding)
 ==============  ====================  ==============  =====================================
 
+A job whose design is uneven, not faulty (:data:`DESIGN_EXPECTED`): a clean run whose
+trainer config holds an uneven ``--layer-split`` expects ``pipeline_imbalance`` /
+``stage_imbalance`` on no single rank (-1), at the stage that holds the most blocks. A
+scenario may also ask for the impact's method (``impact_method``, e.g. ``before/after``
+for a fault that starts late: the steps before its onset are the measured baseline).
+
 Verdicts: ``right`` (a finding matches, and no other finding names a rank outside the
 culprit set), ``MISSED`` (no finding matches and none names a culprit), ``WRONG`` (a
 finding names a culprit rank with another kind or cause), ``FALSE`` (a clean run with
@@ -63,6 +69,9 @@ EXPECTED: dict[str, tuple[str, str | None]] = {
 }
 """Fault kind -> (finding kind, cause or None for any)."""
 
+DESIGN_EXPECTED: tuple[str, str] = ("pipeline_imbalance", "stage_imbalance")
+"""(finding kind, cause) of a clean run whose pipeline stages hold uneven block counts."""
+
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
@@ -75,6 +84,18 @@ class Scenario:
     """Training steps."""
     quick: bool = False
     """Part of the CI subset (``--quick``)."""
+    layer_split: tuple[int, ...] | None = None
+    """Blocks per pipeline stage (the trainer's ``--layers`` is their sum); None: even."""
+    impact_method: str | None = None
+    """The ``impact_method`` a right finding's evidence must give (None: any)."""
+
+    @property
+    def trainer_args(self) -> list[str]:
+        """Trainer flags beyond the mesh, steps and fault (``--layers 4 --layer-split 3,1``)."""
+        if self.layer_split is None:
+            return []
+        split = ",".join(map(str, self.layer_split))
+        return ["--layers", str(sum(self.layer_split)), "--layer-split", split]
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -93,7 +114,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("gc_storm", "gc_storm:rank=2,from_step=4"),
     Scenario("nan", "nan:rank=7,from_step=6"),
     Scenario("gc_pauses", "gc_pauses:delay_ms=2500,every=3,from_step=4"),
-)
+    Scenario("slow-late", "slow:rank=5,factor=3,from_step=12", steps=20,
+             impact_method="before/after"),
+    Scenario("uneven_split", "none", layer_split=(3, 1)),
+)  # fmt: skip
 """Every scenario, clean runs first."""
 
 
@@ -124,14 +148,22 @@ class Expectation:
     from_step: int = 0
     group: str = ""
     """Comma-separated ranks of a slow group (slow_link), for findings that name no rank."""
+    stage: int | None = None
+    """The pipeline stage a right finding names (its ``pp``); None: any."""
+    impact_method: str | None = None
+    """The ``impact_method`` a right finding's evidence gives; None: any."""
 
     @property
     def label(self) -> str:
-        """E.g. ``straggler/compute @ 5``, ``hang @ 3``, ``(none)``."""
+        """E.g. ``straggler/compute @ 5``, ``hang @ 3``, ``(none)``,
+        ``pipeline_imbalance/stage_imbalance @ stage 0``."""
         if self.kind is None:
             return "(none)"
         what = self.kind + (f"/{self.cause}" if self.cause else "")
-        return f"{what} @ {','.join(map(str, sorted(self.culprits)))}"
+        where = f"stage {self.stage}" if self.stage is not None else None
+        where = where or ",".join(map(str, sorted(self.culprits)))
+        how = f" ({self.impact_method} impact)" if self.impact_method else ""
+        return f"{what} @ {where}{how}"
 
 
 def _link_culprits(fault: Mapping[str, Any], shape: Mapping[str, int]) -> list[int]:
@@ -142,10 +174,28 @@ def _link_culprits(fault: Mapping[str, Any], shape: Mapping[str, int]) -> list[i
     return [int(fault["rank"])] + [rank_of({**c, "pp": p}, shape) for p in near]
 
 
-def expectation(faults: Sequence[Mapping[str, Any]], shape: Mapping[str, int]) -> Expectation:
+def expectation(
+    faults: Sequence[Mapping[str, Any]],
+    shape: Mapping[str, int],
+    *,
+    layer_split: Sequence[int] | None = None,
+    impact_method: str | None = None,
+) -> Expectation:
     """The expected finding for a run's fault ground truth (``meta_json["faults"]``, as
-    :func:`~ranksight.reference_trainer.faults.faults_ground_truth` writes it): no fault ->
-    no finding. Raises ValueError for more than one fault or an unknown kind."""
+    :func:`~ranksight.reference_trainer.faults.faults_ground_truth` writes it) and its
+    trainer's ``layer_split`` (``meta_json["config"]["parallel"]``): no fault and an even
+    split -> no finding; no fault and an uneven split -> :data:`DESIGN_EXPECTED`.
+    ``impact_method``: what a right finding's impact must rest on. Raises ValueError for
+    more than one fault, an unknown kind, or a fault on an uneven split."""
+    uneven = layer_split is not None and len(set(layer_split)) > 1
+    if uneven and faults:
+        raise ValueError("the matrix scores a fault on an evenly split pipeline only")
+    if uneven:
+        most = max(layer_split)
+        heavy = [s for s, n in enumerate(layer_split) if n == most]
+        kind, cause = DESIGN_EXPECTED
+        stage = heavy[0] if len(heavy) == 1 else None
+        return Expectation(kind, cause, frozenset({-1}), stage=stage, impact_method=impact_method)
     if not faults:
         return Expectation(kind=None, cause=None, culprits=frozenset())
     if len(faults) > 1:
@@ -162,8 +212,9 @@ def expectation(faults: Sequence[Mapping[str, Any]], shape: Mapping[str, int]) -
         else [fault["rank"]]
     )
     group = ",".join(map(str, sorted(ranks))) if fault["kind"] == "slow_link" else ""
+    culprits = frozenset(int(r) for r in ranks)
     return Expectation(
-        kind, cause, frozenset(int(r) for r in ranks), int(fault["from_step"]), group
+        kind, cause, culprits, int(fault["from_step"]), group, impact_method=impact_method
     )
 
 
@@ -178,6 +229,11 @@ def matches(finding: Mapping[str, Any], e: Expectation) -> bool:
     if e.kind is None or finding["kind"] != e.kind:
         return False
     if e.cause is not None and finding["cause"] != e.cause:
+        return False
+    if e.stage is not None and int(finding.get("pp", -1)) != e.stage:
+        return False
+    evidence = finding.get("evidence") or {}
+    if e.impact_method is not None and evidence.get("impact_method") != e.impact_method:
         return False
     rank = int(finding["culprit_rank"])
     return rank in e.culprits or (rank < 0 and _names_group(finding, e))
@@ -208,8 +264,8 @@ class Score:
 def score(findings: Sequence[Mapping[str, Any]], e: Expectation) -> Score:
     """Score ``findings`` (dicts with kind, cause, culprit_rank, evidence) against ``e``.
     Findings that describe the job's design, not a fault (``pipeline_imbalance``), are
-    not scored."""
-    findings = [f for f in findings if f["kind"] not in NOT_FAULTS]
+    not scored, unless the design is what ``e`` expects (an uneven layer split)."""
+    findings = [f for f in findings if f["kind"] not in NOT_FAULTS or f["kind"] == e.kind]
     if e.kind is None:
         false = tuple(finding_label(f) for f in findings)
         return Score("FALSE" if false else "right", false[0] if false else "(none)", false)

@@ -177,17 +177,25 @@ def _watch(
     return w
 
 
-def _ground_truth(store, run_id: str, sc: Scenario) -> list[dict]:
-    """The fault the trainer recorded in the run, else the scenario's own spec."""
+def _ground_truth(store, run_id: str, sc: Scenario) -> Expectation:
+    """The expectation from the fault and layer split the trainer recorded in the run,
+    else from the scenario's own spec."""
     from ranksight.analyzer.queries import resolve_attempt
 
     try:
         meta = json.loads(resolve_attempt(store, run_id, None)[0].get("meta_json") or "{}")
-        if "faults" in meta:
-            return meta["faults"]
     except Exception:  # run never reached the store: fall back to the spec
-        pass
-    return faults_ground_truth(parse_faults([sc.inject]), SHAPE)
+        meta = {}
+    if "faults" not in meta:
+        return _expected(sc)
+    split = ((meta.get("config") or {}).get("parallel") or {}).get("layer_split")
+    return expectation(meta["faults"], SHAPE, layer_split=split, impact_method=sc.impact_method)
+
+
+def _expected(sc: Scenario) -> Expectation:
+    """The expectation from the scenario's own spec (before the run records its own)."""
+    faults = faults_ground_truth(parse_faults([sc.inject]), SHAPE)
+    return expectation(faults, SHAPE, layer_split=sc.layer_split, impact_method=sc.impact_method)
 
 
 def run_scenario(cfg: MatrixConfig, store, store_url: str, sc: Scenario) -> Row:
@@ -199,14 +207,16 @@ def run_scenario(cfg: MatrixConfig, store, store_url: str, sc: Scenario) -> Row:
     logs, spool = os.path.join(cfg.home, "logs"), os.path.join(cfg.home, "spool")
     os.makedirs(logs, exist_ok=True)
     log_path = os.path.join(logs, f"{sc.name}.log")
-    e0 = expectation(faults_ground_truth(parse_faults([sc.inject]), SHAPE), SHAPE)
+    e0 = _expected(sc)
     row = Row(sc.name, sc.inject, e0.label, run_id=run_id)
     env = launch.job_env(run_id, spool, store_url)
     t0 = time.monotonic()
     agent = launch.start_agent(spool, store_url, env, os.path.join(logs, "agent.log"))
     try:
         with open(log_path, "w") as log:
-            cmd = launch.trainer_cmd(**SHAPE, steps=sc.steps, run_id=run_id, inject=[sc.inject])
+            cmd = launch.trainer_cmd(
+                **SHAPE, steps=sc.steps, run_id=run_id, inject=[sc.inject], extra=sc.trainer_args
+            )
             job = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
             w = _watch(cfg, job, store, run_id, e0, sc.steps)
         row.job_rc = job.returncode
@@ -214,7 +224,7 @@ def run_scenario(cfg: MatrixConfig, store, store_url: str, sc: Scenario) -> Row:
             record_failures(store, run_id, log_path)
     finally:
         launch.stop(agent)
-    e = expectation(_ground_truth(store, run_id, sc), SHAPE)
+    e = _ground_truth(store, run_id, sc)
     try:
         final = _findings(analyze(store, run_id))
     except StoreError as exc:  # the job left nothing (it failed before its first record)

@@ -96,17 +96,25 @@ def lower_thread_priority() -> None:
 
 
 def trainer_cmd(
-    *, dp: int, tp: int, pp: int, steps: int, run_id: str, inject: Sequence[str]
+    *,
+    dp: int,
+    tp: int,
+    pp: int,
+    steps: int,
+    run_id: str,
+    inject: Sequence[str],
+    extra: Sequence[str] = (),
 ) -> list[str]:
     """torchrun (standalone, one process per rank) of the reference trainer with the hooks
-    on and each fault spec of ``inject`` (``["none"]`` for a clean run)."""
+    on, each fault spec of ``inject`` (``["none"]`` for a clean run) and the trainer
+    flags ``extra`` (``["--layers", "4", "--layer-split", "3,1"]``)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={dp * tp * pp}", "-m", "ranksight.reference_trainer.train",
            "--dp", str(dp), "--tp", str(tp), "--pp", str(pp), "--steps", str(steps),
            "--run-id", run_id, "--hooks", "default"]  # fmt: skip
     for spec in inject or ["none"]:
         cmd += ["--inject", spec]
-    return cmd
+    return cmd + list(extra)
 
 
 def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, wait_s: float = 30.0) -> int:

@@ -59,6 +59,34 @@ def test_verdicts():
     assert score([design, _f("straggler", "compute", 5)], slow).passed
 
 
+def test_an_uneven_split_expects_its_heavy_stage_and_nothing_else():
+    (sc,) = pick("uneven_split")
+    assert sc.trainer_args == ["--layers", "4", "--layer-split", "3,1"]
+    e = expectation([], SHAPE, layer_split=[3, 1])
+    assert e.label == "pipeline_imbalance/stage_imbalance @ stage 0"
+    design = {**_f("pipeline_imbalance", "stage_imbalance", -1), "pp": 0}
+    assert score([design], e).passed
+    assert score([{**design, "pp": 1}], e).verdict == "WRONG"  # the other stage
+    assert score([], e).verdict == "MISSED"
+    with_false = score([design, _f("straggler", "compute", 1)], e)
+    assert (with_false.verdict, with_false.false_findings) == ("FALSE", ("straggler/compute @ 1",))
+    assert expectation([], SHAPE, layer_split=[2, 2]).kind is None
+    assert expectation([], SHAPE, layer_split=[1, 2, 2]).stage is None  # a tie: any stage
+    with pytest.raises(ValueError, match="evenly split pipeline only"):
+        expectation(faults_ground_truth(parse_faults(["slow:rank=1,factor=2"]), SHAPE), SHAPE,
+                    layer_split=[3, 1])  # fmt: skip
+
+
+def test_a_late_fault_expects_a_before_after_impact():
+    (sc,) = pick("slow-late")
+    faults = faults_ground_truth(parse_faults([sc.inject]), SHAPE)
+    e = expectation(faults, SHAPE, impact_method=sc.impact_method)
+    assert (e.label, e.from_step) == ("straggler/compute @ 5 (before/after impact)", 12)
+    assert score([_f("straggler", "compute", 5, impact_method="before/after")], e).passed
+    estimated = _f("straggler", "compute", 5, impact_method="excess estimate (upper bound)")
+    assert score([estimated], e).verdict == "WRONG"
+
+
 def test_slow_link_may_name_a_member_or_the_group():
     e = _expect("slow_link:rank=2,delay_ms=5,group=tp")
     assert matches(_f("slow_communication", "communication", 3), e)
