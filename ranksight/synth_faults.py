@@ -46,6 +46,24 @@ def _active(spec: FaultSpec, step0: int, S: int) -> np.ndarray:
     return np.array([spec.active_at(s) for s in range(step0, step0 + S)])
 
 
+def rank_of(spec: FaultSpec) -> int:
+    """The rank ``spec`` hits. Every kind of :data:`SUPPORTED` requires one, which
+    :func:`~ranksight.reference_trainer.faults.parse_fault` checks; raises ValueError naming
+    the spec for a spec built without it."""
+    if spec.rank is None:
+        raise ValueError(f"fault {spec.text!r}: the synthetic model needs its rank")
+    return spec.rank
+
+
+def _param(spec: FaultSpec, key: str) -> float:
+    """``spec``'s ``factor`` or ``delay_ms`` (required by the kinds that use them); raises
+    ValueError naming the spec when it is not given."""
+    value = getattr(spec, key)
+    if value is None:
+        raise ValueError(f"fault {spec.text!r}: the synthetic model needs its {key}")
+    return float(value)
+
+
 def stop_of(cfg: SynthConfig) -> int | None:
     """The first step no rank completes (a hang, crash or desync), or None."""
     stops = [s.from_step for s in cfg.specs if s.kind in STOPPING and s.from_step < cfg.steps]
@@ -60,13 +78,13 @@ def apply_faults(
     S = x.fwd.shape[0]
     hang = stall = None
     for spec in cfg.specs:
-        c, on = coords_of(spec.rank, cfg.shape), _active(spec, step0, S)
+        c, on = coords_of(rank_of(spec), cfg.shape), _active(spec, step0, S)
         d, p, t = c["dp"], c["pp"], c["tp"]
         if spec.kind == "slow":
-            x.fwd[on, d, p, t] *= spec.factor
-            x.bwd[on, d, p, t] *= spec.factor
+            x.fwd[on, d, p, t] *= _param(spec, "factor")
+            x.bwd[on, d, p, t] *= _param(spec, "factor")
         elif spec.kind == "data_stall":
-            x.data[on, d, p, t] += spec.delay_ms * _MS
+            x.data[on, d, p, t] += _param(spec, "delay_ms") * _MS
         elif spec.kind == "slow_link":
             _slow_link(spec, x, on, d, p, t)
         elif spec.kind in STOPPING and step0 <= spec.from_step < step0 + S:
@@ -81,7 +99,7 @@ def apply_faults(
 
 
 def _slow_link(spec: FaultSpec, x: StepInputs, on: np.ndarray, d: int, p: int, t: int) -> None:
-    delay = spec.delay_ms * _MS
+    delay = _param(spec, "delay_ms") * _MS
     if spec.link_group == "tp":
         x.tp_comm[on, d, p] += delay
     elif spec.link_group == "dp":
@@ -98,7 +116,7 @@ def losses_for(cfg: SynthConfig, step0: int, S: int, rng: np.random.Generator) -
     loss = np.full((S, cfg.dp, cfg.pp, cfg.tp), np.nan)
     loss[:, :, -1, :] = curve[:, :, None]
     for spec in (s for s in cfg.specs if s.kind == "nan"):
-        c = coords_of(spec.rank, cfg.shape)
+        c = coords_of(rank_of(spec), cfg.shape)
         for i, s in enumerate(range(step0, step0 + S)):
             if s > spec.from_step:
                 loss[i, :, -1, :] = np.nan

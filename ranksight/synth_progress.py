@@ -39,7 +39,13 @@ def _stream_table(mesh: Mesh) -> pd.DataFrame:
     """group_id, group_ranks, direction, peer, last_op of every stream (exists or not)."""
     world, ranks = mesh.world, np.arange(mesh.world)
     stage = (ranks // mesh.tp) % mesh.pp
-    cols = {"group_id": [], "group_ranks": [], "direction": [], "peer": [], "last_op": []}
+    cols: dict[str, list[np.ndarray]] = {
+        "group_id": [],
+        "group_ranks": [],
+        "direction": [],
+        "peer": [],
+        "last_op": [],
+    }
     for kind, name in enumerate(STREAMS):
         p2p = kind >= 2
         gid = mesh.pp_gid if p2p else (mesh.tp_gid if kind == 0 else mesh.dp_gid)

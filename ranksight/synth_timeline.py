@@ -43,7 +43,8 @@ def topo_order(pp: int, m: int) -> list[tuple[int, int]]:
     previous op. Raises RuntimeError if the schedule deadlocks (it cannot for 1F1B)."""
     orders = [stage_order(pp, m, p) for p in range(pp)]
     done: set[tuple[str, int, int]] = set()
-    nxt, out = [0] * pp, []
+    nxt = [0] * pp
+    out: list[tuple[int, int]] = []
     while len(out) < 2 * m * pp:
         moved = False
         for p in range(pp):

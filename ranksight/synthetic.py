@@ -43,7 +43,14 @@ import numpy as np
 import pandas as pd
 
 from ranksight.reference_trainer.faults import FaultSpec, faults_ground_truth, parse_faults
-from ranksight.synth_faults import SUPPORTED, apply_faults, edit_rows, losses_for, stop_of
+from ranksight.synth_faults import (
+    SUPPORTED,
+    apply_faults,
+    edit_rows,
+    losses_for,
+    rank_of,
+    stop_of,
+)
 from ranksight.synth_progress import Progress
 from ranksight.synth_rows import (
     Mesh,
@@ -73,25 +80,26 @@ def layout_for(ranks: int) -> dict[str, int]:
 @dataclass(kw_only=True, slots=True)
 class SynthConfig:
     """What synthetic run to write. Give ``ranks`` (mesh from :func:`layout_for`) or all of
-    ``dp``, ``tp``, ``pp``."""
+    ``dp``, ``tp``, ``pp``. A size given as 0 or None is not given; after construction every
+    size is set (>= 1)."""
 
-    ranks: int | None = None
+    ranks: int = 0
     """World size; picks dp/tp/pp when they are not given."""
-    dp: int | None = None
+    dp: int = 0
     """Data-parallel degree."""
-    tp: int | None = None
+    tp: int = 0
     """Tensor-parallel degree (ranks of a TP group share a host when tp <= gpus_per_node)."""
-    pp: int | None = None
+    pp: int = 0
     """Pipeline stages."""
     steps: int = 100
     """Training steps, 0-based."""
-    microbatches: int | None = None
+    microbatches: int = 0
     """Microbatches per step (default pp, the 1F1B minimum)."""
     faults: tuple[str, ...] = ()
     """Fault spec strings (reference trainer syntax); ``none`` is dropped."""
     seed: int = 0
     """Seed of the timing noise."""
-    run_id: str | None = None
+    run_id: str = ""
     """Run id; default ``synth-`` + 12 hex digits."""
     gpus_per_node: int = 8
     """Ranks per host."""
@@ -127,14 +135,14 @@ class SynthConfig:
     """Parsed ``faults``."""
 
     def __post_init__(self) -> None:
-        if self.dp is None or self.tp is None or self.pp is None:
-            if self.ranks is None:
+        if not (self.dp and self.tp and self.pp):
+            if not self.ranks:
                 raise ValueError("give --ranks, or all of --dp, --tp and --pp")
             shape = layout_for(self.ranks)
             self.dp, self.tp, self.pp = (getattr(self, k) or shape[k] for k in ("dp", "tp", "pp"))
         if min(self.dp, self.tp, self.pp) < 1:
             raise ValueError(f"dp, tp, pp must be >= 1, got {self.dp}, {self.tp}, {self.pp}")
-        if self.ranks is not None and self.ranks != self.dp * self.tp * self.pp:
+        if self.ranks and self.ranks != self.dp * self.tp * self.pp:
             raise ValueError(f"--ranks {self.ranks} != dp*tp*pp = {self.dp * self.tp * self.pp}")
         self.ranks = self.dp * self.tp * self.pp
         self.microbatches = self.microbatches or self.pp
@@ -307,7 +315,7 @@ def chunk_frames(
         for spec in (
             s for s in cfg.specs if s.kind == "crash" and step0 <= s.from_step < step0 + S
         ):
-            dead[spec.rank] = int(t0[spec.from_step - step0])
+            dead[rank_of(spec)] = int(t0[spec.from_step - step0])
 
         def step_at(t: int) -> int:
             return step0 + int(np.searchsorted(t0, t, side="right")) - 1
