@@ -186,16 +186,24 @@ def run_excess_pct(wall: pd.Series, first_onset: int | None) -> float:
     return max(0.0, 100.0 * (now - base) / now) if now > 0 else 0.0
 
 
+def job_steps(steps: pd.DataFrame, analyzed: list[int]) -> pd.Series:
+    """Analyzed step -> job step (ns): the first rank's start to the last rank's end;
+    ``steps``: rank, step, start_ns, end_ns (``STEPS`` rows). Empty without rows."""
+    sub = steps[steps["step"].isin(analyzed)]
+    if sub.empty:
+        return pd.Series(dtype=float)
+    by = sub.groupby("step")
+    return (by["end_ns"].max() - by["start_ns"].min()).astype(float).sort_index()
+
+
 def checked_impacts(
     findings: list[Finding], steps: pd.DataFrame, analyzed: list[int]
 ) -> tuple[list[Finding], list[str]]:
     """``findings`` with rules 1-3 applied (see the module docstring), and notes.
     ``steps``: rank, step, start_ns, end_ns; ``analyzed``: the steps analyzed."""
-    sub = steps[steps["step"].isin(analyzed)]
-    if sub.empty:
+    wall = job_steps(steps, analyzed)
+    if wall.empty:
         return findings, []
-    by = sub.groupby("step")
-    wall = (by["end_ns"].max() - by["start_ns"].min()).astype(float).sort_index()
     notes: list[str] = []
     out = []
     for f in findings:

@@ -20,6 +20,7 @@ from .slice_replay import (
     ReplayError,
     SliceReplay,
     groups_of,
+    measured_step_ms,
     pipeline_slice,
     replay_slice,
     window,
@@ -49,7 +50,7 @@ def straggler_impacts(
             )
             out.append(f)
             continue
-        measured = _measured_step_ms(data.steps, r.ranks, steps)
+        measured = measured_step_ms(data.steps, r.ranks, steps)
         replayed = float(r.step_ns_now.mean()) / 1e6
         if measured > 0 and abs(replayed / measured - 1.0) > MAX_REPLAY_ERROR:
             notes.append(
@@ -69,16 +70,6 @@ MAX_REPLAY_ERROR = 0.25
 measured step time of the same ranks and steps does not model the run well enough for
 its counterfactual to be believed (e.g. work that overlapped in the run replayed one
 after the other): the impact then stays the excess-time estimate."""
-
-
-def _measured_step_ms(steps: pd.DataFrame, ranks: list[int], numbers: list[int]) -> float:
-    """Mean over ``numbers`` of the step's span over ``ranks`` (first start to last end,
-    ms), as the replay measures its steps; 0 if none."""
-    rows = steps[steps["rank"].isin(ranks) & steps["step"].isin(numbers)]
-    if rows.empty:
-        return 0.0
-    g = rows.groupby("step")
-    return float((g["end_ns"].max() - g["start_ns"].min()).mean()) / 1e6
 
 
 def _replay(f: Finding, data, coords: pd.DataFrame, peers: list[int]):

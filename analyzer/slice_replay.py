@@ -134,6 +134,36 @@ def groups_of(groups: pd.DataFrame, ranks: list[int]) -> list[str]:
     ]
 
 
+MAX_RANKS = 256
+"""Most ranks one replay holds: every data-parallel replica of the pipelines up to this
+many ranks, else the pipelines of one tensor-parallel rank (:func:`replay_ranks`)."""
+
+
+def replay_ranks(
+    coords: pd.DataFrame, left_out: set[tuple[int, int]], limit: int = MAX_RANKS
+) -> tuple[list[int], bool]:
+    """The ranks of every pipeline (``dp``, ``tp``) not in ``left_out``, by (dp, tp, pp):
+    all of them up to ``limit``, else those of the smallest tensor-parallel rank (a
+    collective of a TP group then lasts its transfer time), at most ``limit``. Returns
+    (ranks, whether every data-parallel replica of those pipelines is in)."""
+    keep = [k not in left_out for k in zip(coords["dp"], coords["tp"], strict=True)]
+    sub = coords[keep].sort_values(["dp", "tp", "pp"])
+    if len(sub) > limit and not sub.empty:
+        sub = sub[sub["tp"] == sub["tp"].min()]
+    every = len(sub) <= limit and sub["dp"].nunique() == coords["dp"].nunique()
+    return [int(r) for r in sub.index[:limit]], every
+
+
+def measured_step_ms(steps: pd.DataFrame, ranks: list[int], numbers: list[int]) -> float:
+    """Mean over ``numbers`` of the step's span over ``ranks`` (first start to last end,
+    ms; ``STEPS`` rows), as the replay measures its steps; 0 if none."""
+    rows = steps[steps["rank"].isin(ranks) & steps["step"].isin(numbers)]
+    if rows.empty:
+        return 0.0
+    g = rows.groupby("step")
+    return float((g["end_ns"].max() - g["start_ns"].min()).mean()) / 1e6
+
+
 def window(steps: pd.DataFrame, ranks: list[int], first: int, limit: int = MAX_STEPS) -> list[int]:
     """Up to ``limit`` steps from ``first`` on, evenly spaced, that every one of ``ranks``
     completed (``STEPS`` rows)."""
