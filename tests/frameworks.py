@@ -1,20 +1,26 @@
 """Running a real framework's training job under ``ranksight launch`` for the framework
-tests (``tests/test_frameworks*.py``): start it, find its ranks, inject a fault from
-outside (``tests/outside_faults.py``), poll the analysis until it names what was
-injected (time to detection), and read what was stored."""
+tests (``tests/test_frameworks*.py``) and ``bench/frameworks_faults.py``: start it, find
+its ranks, inject a fault from outside (``tests/outside_faults.py``), poll the analysis
+until it names what was injected (time to detection), and read what was stored.
+
+The matrix: every trainer of :data:`FRAMEWORKS` with every fault of :data:`FAULTS`, one
+short job each, run by :func:`run_case` and judged the same way for all."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from ranksight import env
 from ranksight.store import open_store
+from tests.outside_faults import rank_process, slowed
 
 WORKERS = os.path.join(os.path.dirname(__file__), "workers")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
@@ -100,3 +106,183 @@ class Job:
 def described(findings: list) -> list[tuple[str, str, int]]:
     """``(kind, cause, culprit rank)`` of each finding, for assertion messages."""
     return [(f.kind, f.cause, f.culprit_rank) for f in findings]
+
+
+# ---------------------------------------------------------------------------- matrix
+@dataclass(frozen=True)
+class Framework:
+    """One trainer of the matrix, as a user starts it under ``ranksight launch --``."""
+
+    name: str
+    attach: str
+    """How it is started (the table's attach column)."""
+    marker: str
+    """A word of every rank's command line (its worker script)."""
+    command: Callable[[int, float, str], list[str]]
+    """``(steps, sleep_ms between steps, scratch folder) -> the command after --``."""
+
+
+def _lightning_alone(steps: int, sleep_ms: float, _: str) -> list[str]:
+    return [sys.executable, os.path.join(WORKERS, "lightning_job.py"), str(steps), str(sleep_ms)]
+
+
+FRAMEWORKS: dict[str, Framework] = {
+    f.name: f
+    for f in (
+        Framework("plain DDP", "zero-code, torchrun", "ddp_job.py",
+                  lambda n, ms, _: torchrun(4, "ddp_job.py", str(n), "--sleep-ms", str(ms))),
+        Framework("FSDP2", "zero-code, torchrun", "fsdp2_job.py",
+                  lambda n, ms, _: torchrun(4, "fsdp2_job.py", str(n), "--sleep-ms", str(ms))),
+        Framework("HF Trainer", "zero-code, torchrun", "hf_job.py",
+                  lambda n, ms, d: torchrun(4, "hf_job.py", str(n), os.path.join(d, "out"),
+                                            str(ms))),
+        Framework("Lightning", "zero-code, torchrun", "lightning_job.py",
+                  lambda n, ms, _: torchrun(4, "lightning_job.py", str(n), str(ms))),
+        Framework("Lightning (own launcher)", "zero-code, python train.py (devices=4)",
+                  "lightning_job.py", _lightning_alone),
+    )
+}  # fmt: skip
+"""Every trainer of the matrix, by name: 4 CPU ranks on gloo, a small random model."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault put on local rank 1 from outside the job once ``after_steps`` steps are
+    stored; ``kind``/``cause`` is what the analysis must name (rank 1), "" for none."""
+
+    name: str
+    words: str
+    """What was done, for the table."""
+    steps: int
+    """The job's length in steps."""
+    sleep_ms: float
+    """Each rank's sleep between steps (paces the job so that the fault lands in it)."""
+    kind: str = ""
+    cause: str = ""
+    after_steps: int = 8
+
+
+FAULTS: dict[str, Fault] = {
+    f.name: f
+    for f in (
+        Fault("clean", "none", 40, 50.0),
+        Fault("quota", "CPU quota 3% of one CPU on rank 1's cgroup until the job ends", 40,
+              50.0, "straggler", "cpu_contention"),
+        Fault("sigstop", "SIGSTOP of rank 1, SIGCONT once the hang is named (or after 90 s)",
+              40, 100.0, "hang", "stopped"),
+        Fault("sigkill", "SIGKILL of rank 1", 400, 100.0, "crash", ""),
+    )
+}  # fmt: skip
+"""Every fault of the matrix, by name (``clean``: the same job with none)."""
+
+STALL_CONFIG = "[agent]\nstall_s = 5\n"
+"""The agent's configuration for every run: stacks taken 5 s into a stall."""
+
+
+@dataclass
+class Outcome:
+    """What one run of the matrix gave."""
+
+    framework: Framework
+    fault: Fault
+    exit_code: int = -1
+    detected_s: float | None = None
+    """Seconds from the fault to the first analysis naming it (None: never)."""
+    live: list = field(default_factory=list)
+    final: list = field(default_factory=list)
+    """The findings of the analysis once the job ended (saved to the store)."""
+    stored: list = field(default_factory=list)
+    """``(kind, cause, culprit rank)`` of the stored findings, largest impact first."""
+    report_rc: int = -1
+    """``ranksight report``'s exit code (3: a culprit; 0: none)."""
+    report_err: str = ""
+    load: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """The machine's load average (1, 5, 15 min) as the run ended."""
+    output: str = ""
+
+    @property
+    def named(self) -> bool:
+        """The final analysis' first finding is the fault on rank 1 (none for clean)."""
+        if not self.fault.kind:
+            return self.final == []
+        return bool(self.final) and _names(self.final[0], self.fault)
+
+    @property
+    def right(self) -> bool:
+        """Named live and at the end, stored as reported, the report printed."""
+        live_ok = not self.fault.kind or self.detected_s is not None
+        stored_ok = self.stored == described(self.final)
+        report_ok = (
+            self.report_rc == (3 if self.final else 0) and "Traceback" not in self.report_err
+        )
+        return self.named and live_ok and stored_ok and report_ok
+
+    def explain(self) -> str:
+        """Everything, for an assertion message."""
+        return (f"{self.framework.name} / {self.fault.name}: exit {self.exit_code}, detected "
+                f"{self.detected_s}, live {described(self.live)}, final {described(self.final)}, "
+                f"stored {self.stored}, report rc {self.report_rc} {self.report_err[-800:]}\n"
+                + "\n".join(f.summary for f in self.final) + "\n" + self.output[-2500:])  # fmt: skip
+
+
+def _names(f, fault: Fault) -> bool:
+    return f.kind == fault.kind and f.culprit_rank == 1 and (
+        not fault.cause or f.cause == fault.cause)  # fmt: skip
+
+
+def steps_stored(job: Job) -> int:
+    """Step rows stored so far for the job's run (0 before it has any)."""
+    try:
+        return int(job.query("SELECT count() AS n FROM steps WHERE run_id = %(r)s")["n"][0])
+    except Exception:  # noqa: BLE001 - no run yet
+        return 0
+
+
+def _inject(job: Job, fault: Fault, pid: int) -> tuple[float | None, list]:
+    """Put ``fault`` on ``pid`` and poll until the analysis names it; the job is left
+    to end by itself."""
+    found = lambda fs: any(_names(f, fault) for f in fs)  # noqa: E731
+    if fault.name == "quota":
+        with slowed(pid):
+            seconds, live = job.detect(found, 240, 2.0)
+            job.wait()
+        return seconds, live
+    if fault.name == "sigstop":
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            return job.detect(found, 90, 2.0)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    os.kill(pid, signal.SIGKILL)
+    return job.detect(found, 120, 1.0)
+
+
+def run_case(folder: str, framework: Framework, fault: Fault) -> Outcome:
+    """Run ``framework`` under launch with ``fault`` on local rank 1 once
+    ``fault.after_steps`` steps are stored; analyze, save and report the run."""
+    os.makedirs(folder, exist_ok=True)
+    config = os.path.join(folder, "ranksight.toml")
+    with open(config, "w") as f:
+        f.write(STALL_CONFIG)
+    job = Job(folder, framework.command(fault.steps, fault.sleep_ms, folder), "--config", config)
+    out = Outcome(framework, fault)
+    try:
+        if fault.kind:
+            victim = rank_process(framework.marker, 1)
+            job.detect(lambda _: steps_stored(job) >= 4 * fault.after_steps, 240, 1.0)
+            out.detected_s, out.live = _inject(job, fault, victim.pid)
+        out.exit_code = job.wait()
+    finally:
+        if job.proc.poll() is None:
+            job.wait(1)
+    out.output = job.output
+    out.final = job.analysis(save=True).findings
+    out.stored = [tuple(r) for r in job.query(
+        "SELECT kind, cause, culprit_rank FROM findings WHERE run_id = %(r)s "
+        "ORDER BY impact_pct DESC, confidence DESC").itertuples(index=False)]  # fmt: skip
+    report = subprocess.run(
+        [sys.executable, "-m", "ranksight.cli", "report", "--store", job.store_url, "--run",
+         job.run_id], capture_output=True, text=True, timeout=180)  # fmt: skip
+    out.report_rc, out.report_err = report.returncode, report.stderr
+    out.load = os.getloadavg()
+    return out

@@ -13,6 +13,12 @@ double-count). Phases, from calls every PyTorch training loop makes:
 - ``optimizer``: the clock optimizer's ``step()``, less the closure it was given
   (``optimizer.step(closure)``, as PyTorch Lightning and LBFGS drive it): the closure's
   forward and backward are phases of their own, never counted inside the optimizer's.
+
+A collective issued outside every phase the hooks hold open carries the phase the clock
+is in: ``forward`` from the step's start or a batch's arrival to the next backward's
+start (the forward phase recorded for that span); ``""`` from a backward's end to the
+next boundary, a span that is a forward only if another backward follows (gradient
+accumulation) and is else the loop's own work before the optimizer (gradient clipping).
 """
 
 from __future__ import annotations
@@ -33,11 +39,28 @@ class StepClock:
         self._open.__enter__()
         self._phase: Any = None
         self._in_backward = False
+        self._implicit = ""
         self._mark()
+        self._carry_phase(getattr(hooks, "_log", None))
 
-    def _mark(self) -> None:
-        """A phase boundary now: the next forward starts here."""
+    def _mark(self, implicit: str = "forward") -> None:
+        """A phase boundary now: the next forward starts here; collectives issued outside
+        any open phase until the next boundary carry ``implicit``."""
         self._since, self._blocked = time.time_ns(), self.hooks.blocked_ns
+        self._implicit = implicit
+
+    def _carry_phase(self, log: Any) -> None:
+        """Make the collective records of ``log`` (a ``CollectiveLog``: its ``context``
+        gives ``(step, phase)``) carry the clock's phase where no phase is open."""
+        outer = getattr(log, "context", None)
+        if outer is None:
+            return
+
+        def context() -> tuple[int, str]:
+            step, phase = outer()
+            return step, phase or (self._implicit if self._open is not None else "")
+
+        log.context = context
 
     def data_wait(self, next_batch: Any) -> Any:
         """Call ``next_batch()`` as the ``data_wait`` phase."""
@@ -67,7 +90,7 @@ class StepClock:
                 return run()
         finally:
             self._in_backward = False
-            self._mark()
+            self._mark(implicit="")
 
     def _enter_optimizer(self) -> None:
         self._phase = self.hooks.phase("optimizer")
