@@ -6,7 +6,9 @@ hashed by its (run_id, attempt) alone: its contents are what the mark versions."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import streamlit as st
 
@@ -19,7 +21,7 @@ def _run_key(run: RunView) -> tuple[str, int]:
     return run.run_id, run.attempt
 
 
-_KEYS = {RunView: _run_key}
+_KEYS: dict[str | type[Any], Callable[[Any], Any]] = {RunView: _run_key}
 """How cached reads hash a run view (the mark argument carries its version)."""
 
 
@@ -79,7 +81,7 @@ def step_range(url: str, run: RunView, mark: RunMark):
 def heatmap_cells(
     url: str,
     run: RunView,
-    mark: tuple,
+    mark: RunMark,
     metric: str,
     order: tuple,
     steps: tuple,
@@ -92,27 +94,33 @@ def heatmap_cells(
 
 
 @st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
-def step_series(url: str, run: RunView, mark: tuple, points: int):
+def step_series(url: str, run: RunView, mark: RunMark, points: int):
     """``data.overview.step_series`` at watermark ``mark``."""
     return overview.step_series(_store(url), run, points)
 
 
 @st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
-def last_steps(url: str, run: RunView, mark: tuple):
+def last_steps(url: str, run: RunView, mark: RunMark):
     """``data.onsets.last_steps`` at watermark ``mark``."""
     return onsets.last_steps(_store(url), run)
 
 
 @st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
 def timeline_rows(
-    url: str, run: RunView, mark: tuple, steps: tuple, order: tuple, center: int | None, ranks: int
+    url: str,
+    run: RunView,
+    mark: RunMark,
+    steps: tuple,
+    order: tuple,
+    center: int | None,
+    ranks: int,
 ):
     """``data.timeline.load_timeline`` at watermark ``mark``."""
     return timeline.load_timeline(_store(url), run, steps, order, center, ranks)
 
 
 @st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
-def instances(url: str, run: RunView, mark: tuple, steps: tuple):
+def instances(url: str, run: RunView, mark: RunMark, steps: tuple):
     """``data.timeline.collective_instances`` at watermark ``mark``."""
     return timeline.collective_instances(_store(url), run, steps)
 
@@ -124,7 +132,7 @@ def members(url: str, run: RunView, group_id: str, group_seq: int, origin_ns: in
 
 
 @st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)
-def slowness(url: str, run: RunView, mark: tuple, skip_steps: int):
+def slowness(url: str, run: RunView, mark: RunMark, skip_steps: int):
     """``data.mesh.slowness`` at watermark ``mark``."""
     return mesh.slowness(_store(url), run, skip_steps)
 

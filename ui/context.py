@@ -8,6 +8,7 @@ import streamlit as st
 
 from ranksight.ui.config import UiConfig
 from ranksight.ui.data.run import ORDERS, RunMark, RunView
+from ranksight.ui.guard import NoData
 from ranksight.ui.state import Selection
 
 
@@ -23,6 +24,14 @@ class PageContext:
     """The run's data version: cached reads key on it."""
     status: str = ""
     """The run's status as the Runs page shows it (running, finished, hung, crashed)."""
+
+    @property
+    def selected_run(self) -> RunView:
+        """``run``, for the pages of one run. Raises NoData when no run is selected (the
+        shell selects one for every page but the Runs page)."""
+        if self.run is None:
+            raise NoData("No run is selected.")
+        return self.run
 
     @property
     def order(self) -> tuple[str, ...]:

@@ -65,13 +65,15 @@ def _watch_or_say_stopped(url: str, cfg: UiConfig, ctx: PageContext, hang_page: 
     if stopped_reporting(last, time.time_ns(), cfg.stopped_after_s):
         live.say_stopped(last, time.time_ns())
         return
-    probe = (lambda: cache.progress_newest(url, ctx.run)) if hang_page else None
-    live.watch(url, ctx.run, ctx.mark, cfg.refresh_s, probe)
+    probe = (lambda: cache.progress_newest(url, ctx.selected_run)) if hang_page else None
+    live.watch(url, ctx.selected_run, ctx.mark, cfg.refresh_s, probe)
 
 
 def _last_record_ns(url: str, ctx: PageContext) -> int:
     """The run's newest record (ns): last step end, run row update or progress snapshot."""
-    return max(ctx.mark.last_end_ns, ctx.mark.updated_ns, cache.progress_newest(url, ctx.run))
+    return max(
+        ctx.mark.last_end_ns, ctx.mark.updated_ns, cache.progress_newest(url, ctx.selected_run)
+    )
 
 
 def _page_picker(sel: Selection) -> None:

@@ -32,7 +32,7 @@ MEMBER_COLUMNS = {
 
 def render(ctx: PageContext) -> None:
     """The Hang page."""
-    run = ctx.run
+    run = ctx.selected_run
     st.header(f"Hang — {run.run_id}")
     snap = cache.hang_snapshots(ctx.url, run, ctx.mark, cache.progress_newest(ctx.url, run))
     if snap.progress.empty:
@@ -79,7 +79,7 @@ def _verdict(
 ) -> None:
     summary = group_summary(progress, named)
     stuck = summary[(summary["lagging"] != "") | (summary["stuck"] != "")]
-    hangs = [f for f in ctx.run.findings if f.kind == "hang"]
+    hangs = [f for f in ctx.selected_run.findings if f.kind == "hang"]
     for f in hangs:  # the stored analysis, when the run was analyzed
         st.error(f"Analysis: {f.summary}")
     if not stuck.empty and ctx.status == "running" and not hangs and not named:

@@ -27,7 +27,7 @@ SUMMARIZING = (
 
 def render(ctx: PageContext) -> None:
     """The Heatmap page."""
-    run, sel = ctx.run, ctx.sel
+    run, sel = ctx.selected_run, ctx.sel
     st.header(f"Heatmap — {run.run_id}")
     span = cache.step_range(ctx.url, run, ctx.mark)
     if span is None:
@@ -36,7 +36,10 @@ def render(ctx: PageContext) -> None:
         )
     c1, c2, c3 = st.columns([2, 1, 2])
     metric = c1.selectbox(
-        "Metric", list(METRICS), index=list(METRICS).index(sel.metric), format_func=METRICS.get
+        "Metric",
+        list(METRICS),
+        index=list(METRICS).index(sel.metric),
+        format_func=METRICS.__getitem__,
     )
     order = c2.selectbox("Rank order", list(ORDERS), index=list(ORDERS).index(sel.order))
     steps = span
@@ -116,7 +119,7 @@ def _follow_click(ctx: PageContext, h: Heatmap, event) -> None:
 
 
 def _selected(ctx: PageContext, h: Heatmap) -> None:
-    sel, run = ctx.sel, ctx.run
+    sel, run = ctx.sel, ctx.selected_run
     if sel.rank is None and sel.step is None:
         return
     ranks = run.ranks.set_index("rank")

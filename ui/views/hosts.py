@@ -14,7 +14,7 @@ from ranksight.ui.figures.hosts import hidden_count, hosts_figure
 
 def render(ctx: PageContext) -> None:
     """The Hosts page."""
-    run = ctx.run
+    run = ctx.selected_run
     st.header(f"Hosts — {run.run_id}")
     hosts = sorted(set(run.ranks["host"].astype(str)))
     st.caption(f"{len(hosts)} host(s): {', '.join(hosts[:20])}{' ...' if len(hosts) > 20 else ''}")

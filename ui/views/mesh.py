@@ -14,7 +14,7 @@ from ranksight.ui.guard import NoData
 
 def render(ctx: PageContext) -> None:
     """The Mesh page."""
-    run = ctx.run
+    run = ctx.selected_run
     st.header(f"Mesh — {run.run_id}")
     if run.ranks.empty:
         raise NoData(f"Run {run.run_id} has no rank records yet.")

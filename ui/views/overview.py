@@ -20,7 +20,7 @@ from ranksight.ui.guard import NoData
 
 def render(ctx: PageContext) -> None:
     """The Run overview page."""
-    run = ctx.run
+    run = ctx.selected_run
     series = cache.step_series(ctx.url, run, ctx.mark, ctx.cfg.overview_points)
     st.header(f"Run {run.run_id}")
     _headline(ctx, series)
@@ -57,7 +57,7 @@ def _stagger_note(series: pd.DataFrame) -> str:
 
 def _flops_note(ctx: PageContext, series: pd.DataFrame) -> str:
     """How the run's model FLOPs are known, and what is shown for them."""
-    per_token, peak = flops_of(ctx.run.row.get("meta_json", ""))
+    per_token, peak = flops_of(ctx.selected_run.row.get("meta_json", ""))
     if per_token is None:
         return "MFU: not shown (the run recorded no model FLOPs per token)."
     meta = _meta(ctx)
@@ -66,7 +66,7 @@ def _flops_note(ctx: PageContext, series: pd.DataFrame) -> str:
     if peak is None:
         why = meta.get("peak_flops_source") or "unknown"
         tail = _tail(ctx, series)
-        world = int(ctx.run.row.get("world_size") or len(ctx.run.ranks) or 1)
+        world = int(ctx.selected_run.row.get("world_size") or len(ctx.selected_run.ranks) or 1)
         if len(tail):
             tf = tail["tflops"].median()
             text += f" Achieved {tf:.4g} TFLOP/s ({1000 * tf / world:.4g} GFLOP/s per rank)."
@@ -84,7 +84,7 @@ def duration_text(ms: float) -> str:
 
 def _meta(ctx: PageContext) -> dict:
     try:
-        got = json.loads(ctx.run.row.get("meta_json") or "{}")
+        got = json.loads(ctx.selected_run.row.get("meta_json") or "{}")
     except ValueError:
         return {}
     return got if isinstance(got, dict) else {}
@@ -96,7 +96,7 @@ def _tail(ctx: PageContext, series: pd.DataFrame) -> pd.DataFrame:
 
 
 def _headline(ctx: PageContext, series: pd.DataFrame) -> None:
-    run = ctx.run
+    run = ctx.selected_run
     cols = st.columns(4) + st.columns(4)  # two lines: a value never cut at 1,280 px
     shape = run.shape
     cols[0].metric("status", ctx.status or str(run.row.get("status")))
@@ -115,7 +115,7 @@ def _headline(ctx: PageContext, series: pd.DataFrame) -> None:
 
 
 def _findings(ctx: PageContext) -> None:
-    run = ctx.run
+    run = ctx.selected_run
     st.subheader(f"Findings ({len(run.findings)}), by impact")
     if not run.findings:
         st.success(

@@ -20,7 +20,7 @@ def default_step(ctx: PageContext, span: tuple[int, int]) -> int:
     """The selected step, else the step after the top finding's onset, else the last."""
     if ctx.sel.step is not None:
         return min(max(ctx.sel.step, span[0]), span[1])
-    for f in ctx.run.findings:
+    for f in ctx.selected_run.findings:
         if "onset_step" in f.evidence:
             return min(int(f.evidence["onset_step"]) + 1, span[1])
     return span[1]
@@ -28,7 +28,7 @@ def default_step(ctx: PageContext, span: tuple[int, int]) -> int:
 
 def render(ctx: PageContext) -> None:
     """The Timeline page."""
-    run, sel = ctx.run, ctx.sel
+    run, sel = ctx.selected_run, ctx.sel
     st.header(f"Timeline — {run.run_id}")
     span = cache.step_range(ctx.url, run, ctx.mark)
     if span is None:
@@ -74,7 +74,7 @@ def render(ctx: PageContext) -> None:
 def _chosen_instance(
     ctx: PageContext, steps: tuple[int, int], origin_ns: int
 ) -> pd.DataFrame | None:
-    inst = cache.instances(ctx.url, ctx.run, ctx.mark, steps)
+    inst = cache.instances(ctx.url, ctx.selected_run, ctx.mark, steps)
     if inst.empty:
         st.caption("No collectives recorded in this window.")
         return None
@@ -88,4 +88,6 @@ def _chosen_instance(
         format_func=labels.__getitem__,
     )
     row = inst.iloc[int(pick)]
-    return cache.members(ctx.url, ctx.run, str(row["group_id"]), int(row["group_seq"]), origin_ns)
+    return cache.members(
+        ctx.url, ctx.selected_run, str(row["group_id"]), int(row["group_seq"]), origin_ns
+    )
