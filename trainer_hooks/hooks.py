@@ -42,6 +42,7 @@ from .flight_recorder import DumpOnRequest
 from .folders import spool_root_problem
 from .gc_pauses import GcRecorder
 from .guard import SELF, Guard, guarded, warn
+from .rank_mesh import RankIdentity
 from .spool import SpoolWriter, spool_path
 from .values import INT32, UINT32, UINT64, coordinates, name, real, whole
 from .waits import patch_async_waits, patch_work_wait
@@ -179,6 +180,8 @@ class _Step:
         h = self._hooks
         if exc_type is not None or not self._t0:  # the step did not complete: no step
             return  # record (its loss was never set); how the rank ended goes to rank_ends
+        if h._identity.pending:  # a step done: the mesh is what it will be (.rank_mesh)
+            h._identity.settle()
         try:
             h._put(
                 {
@@ -214,8 +217,11 @@ class Hooks:
         mesh: dict[str, int] | None = None,
         mesh_shape: dict[str, int] | None = None,
         meta: dict[str, Any] | None = None,
+        mesh_final: bool = True,
     ) -> None:
         self.config = config
+        self._mesh_final = mesh_final
+        """False: ``mesh`` is a guess (auto-attach); see :mod:`.rank_mesh`."""
         self._guard = Guard()
         self._counter: DispatchCounter | None = None
         self._mode: DispatchRecorder | None = None
@@ -279,21 +285,20 @@ class Hooks:
             )
         self._fr = DumpOnRequest(os.path.dirname(path), self.rank)
         mesh = coordinates(g, "mesh", mesh, -1)
-        self._put(
-            {
-                "t": "ranks",
-                "world_size": self.world_size,
-                "host": socket.gethostname(),
-                "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
-                "pid": os.getpid(),
-                "device": _device_name(),
-                "backend": str(dist.get_backend()),
-                "dp": int(mesh.get("dp", -1)),
-                "tp": int(mesh.get("tp", -1)),
-                "pp": int(mesh.get("pp", -1)),
-                "start_ns": time.time_ns(),
-            }
-        )
+        ranks_record = {
+            "t": "ranks",
+            "world_size": self.world_size,
+            "host": socket.gethostname(),
+            "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+            "pid": os.getpid(),
+            "device": _device_name(),
+            "backend": str(dist.get_backend()),
+            "dp": int(mesh.get("dp", -1)),
+            "tp": int(mesh.get("tp", -1)),
+            "pp": int(mesh.get("pp", -1)),
+            "start_ns": time.time_ns(),
+        }
+        self._meta = meta
         self._run_record = None
         if self.rank == 0:
             shape = coordinates(g, "mesh_shape", mesh_shape, 1)
@@ -306,7 +311,9 @@ class Hooks:
                 "pp": int(shape.get("pp", 1)),
                 "meta_json": _meta_json(g, meta, self._fr.meta(), config.level),
             }
-            self._put_run("running")
+        self._identity = RankIdentity(
+            self._put, self._put_run, ranks_record, self._run_record, final=self._mesh_final
+        )
         self._log = CollectiveLog(self._put, self._context, self._clock)
         self._blackbox = None
         try:
@@ -354,6 +361,9 @@ class Hooks:
         fr = getattr(self, "_fr", None)
         if fr is not None:
             fr.check()
+        identity = getattr(self, "_identity", None)
+        if identity is not None:
+            identity.settle(only_if_due=True)
         return log.progress_records(self._step) if log is not None else []
 
     def _context(self) -> tuple[int, str]:
@@ -448,6 +458,7 @@ class Hooks:
         if not self._finished.acquire(blocking=False):
             return
         for write in (
+            self._identity.settle,
             lambda: self._device and self._device.close(),
             self._log.flush,
             lambda: self._blackbox and self._blackbox.mark_flushed(),
@@ -581,6 +592,37 @@ class Hooks:
         warning, nothing installed."""
         instrument_ddp(model, self._log)
 
+    @guarded("adopt_mesh")
+    def adopt_mesh(
+        self,
+        mesh: dict[str, int] | None,
+        mesh_shape: dict[str, int] | None = None,
+        meta: dict[str, Any] | None = None,
+        *,
+        source: str = "attach",
+    ) -> None:
+        """Take this rank's coordinates ``mesh`` and the degrees ``mesh_shape`` as the
+        trainer built them, in place of auto-attach's guess (:mod:`.rank_mesh`: the
+        trainer's own attach, ``source="attach"``, wins over ``"init_device_mesh"``);
+        ``meta`` is merged into the run's meta (rank 0), which records ``mesh_from``.
+        Never raises: bad values are dropped as :func:`attach` drops them."""
+        g = self._guard
+        coords = coordinates(g, "mesh", mesh, -1)
+        shape = coordinates(g, "mesh_shape", mesh_shape, 1) if mesh_shape is not None else None
+        if meta is not None:
+            self._meta = {**dict(self._meta or {}), **dict(meta)}
+        meta_json = None
+        if self.rank == 0:
+            merged = {**dict(self._meta or {}), "mesh_from": source}
+            meta_json = _meta_json(g, merged, self._fr.meta(), self.config.level)
+        if self._identity.adopt(coords, shape, source, meta_json) == "rewritten":
+            warn(
+                f"ranksight: rank {self.rank}'s mesh from {source} ({coords}) came after its "
+                "records went out with other coordinates; written again, but a reader that "
+                "takes any row per rank may still see the first",
+                stacklevel=4,
+            )
+
     @guarded("close", default=lambda: dict(NoopHooks.stats))
     def close(self, status: str = "finished") -> dict[str, int]:
         """Stop recording, write what is buffered, and (rank 0) mark the run ``status``.
@@ -681,6 +723,9 @@ class NoopHooks:
     def instrument_ddp(self, model: Any) -> None:
         """Does nothing."""
 
+    def adopt_mesh(self, *args: Any, **kw: Any) -> None:
+        """Does nothing."""
+
     def close(self, status: str = "finished") -> dict[str, int]:
         """Does nothing."""
         return dict(self.stats)
@@ -700,6 +745,7 @@ def attach(
     mesh_shape: dict[str, int] | None = None,
     meta: dict[str, Any] | None = None,
     config: HooksConfig | None = None,
+    mesh_final: bool = True,
     **config_kw: Any,
 ) -> Hooks | NoopHooks:
     """Attach ranksight to this training process; call once, after ``init_process_group``.
@@ -707,6 +753,9 @@ def attach(
     ``mesh`` is this rank's coordinates (``{"dp": i, "tp": j, "pp": k}``), ``mesh_shape``
     the mesh size per axis, ``meta`` anything to keep with the run (rank 0's copy is
     stored: config, injected faults). ``config_kw`` are :class:`HooksConfig` fields.
+    ``mesh_final=False`` (auto-attach) marks ``mesh`` a guess: the rank's records wait for
+    the trainer's mesh (:mod:`.rank_mesh`), and the trainer's own later ``attach(mesh=...)``
+    replaces it (its ``meta`` is merged) instead of being ignored.
 
     Never raises: attached twice returns the existing hooks with a warning; attached
     before ``init_process_group``, at level ``off``, with an invalid config value (the
@@ -714,7 +763,7 @@ def attach(
     why): training goes on, unrecorded.
     """
     try:
-        return _attach(mesh, mesh_shape, meta, config, config_kw)
+        return _attach(mesh, mesh_shape, meta, config, config_kw, mesh_final)
     except Exception as e:  # noqa: BLE001 - never the job's error
         warn(f"ranksight: attach failed ({type(e).__name__}: {e}); nothing will be "
              "recorded, training goes on", stacklevel=2)  # fmt: skip
@@ -722,7 +771,12 @@ def attach(
 
 
 def _attach(
-    mesh: Any, mesh_shape: Any, meta: Any, config: Any, config_kw: dict[str, Any]
+    mesh: Any,
+    mesh_shape: Any,
+    meta: Any,
+    config: Any,
+    config_kw: dict[str, Any],
+    mesh_final: bool = True,
 ) -> Hooks | NoopHooks:
     global _ATTACHED
     cfg = config if config is not None else HooksConfig(**config_kw)
@@ -731,6 +785,9 @@ def _attach(
     if cfg.level == "off":
         return NoopHooks()
     if _ATTACHED is not None:
+        if not _ATTACHED._mesh_final and (mesh is not None or meta is not None):
+            _ATTACHED.adopt_mesh(mesh, mesh_shape, meta, source="attach")  # the trainer's
+            return _ATTACHED
         warn("ranksight hooks are already attached; reusing them", stacklevel=3)
         return _ATTACHED
     if not dist.is_available() or not dist.is_initialized():
@@ -742,7 +799,7 @@ def _attach(
         return NoopHooks()
     if config is None and "run_id" not in config_kw and not os.environ.get(env.RUN_ID):
         cfg = dataclasses.replace(cfg, run_id=shared_run_id(cfg.run_id))
-    _ATTACHED = Hooks(cfg, mesh=mesh, mesh_shape=mesh_shape, meta=meta)
+    _ATTACHED = Hooks(cfg, mesh=mesh, mesh_shape=mesh_shape, meta=meta, mesh_final=mesh_final)
     return _ATTACHED
 
 
