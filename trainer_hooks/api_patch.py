@@ -135,7 +135,7 @@ def _c10d_wrapper(log: CollectiveLog, fn: Callable, spec: tuple) -> Callable:
 
     def before(args: tuple, kwargs: dict, t0: int) -> dict | None:
         group = lookup.get("group", args, kwargs)
-        if group is c10d.GroupMember.NON_GROUP_MEMBER:
+        if group is c10d.GroupMember.NON_GROUP_MEMBER or (log.native and log.native(group)):
             return None
         info = log.groups.by_group(group)
         peer = -1
@@ -164,9 +164,11 @@ def _functional_wrapper(log: CollectiveLog, fn: Callable, op: str) -> Callable:
     lookup = _Args(fn)
     p_in = "inputs" if "inputs" in lookup.index else "self"
 
-    def before(args: tuple, kwargs: dict, t0: int) -> dict:
+    def before(args: tuple, kwargs: dict, t0: int) -> dict | None:
         group = lookup.get("group", args, kwargs)
         name = funcol._resolve_group_name(group, lookup.get("tag", args, kwargs) or "")
+        if log.native and log.native(name):
+            return None
         info = log.groups.by_name(name)
         rec = log.issue(op, info, -1, "", lookup.get(p_in, args, kwargs), None, t0)
         log.enter_call(rec)

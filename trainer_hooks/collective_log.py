@@ -103,6 +103,9 @@ class CollectiveLog:
         """A :class:`~.blackbox.BlackBox` every op is also written to, or None."""
         self._in_call: dict[int, dict[str, Any]] = {}
         """Records of the API calls now running (a synchronous collective blocks inside)."""
+        self.native: Callable[[Any], bool] | None = None
+        """Tells the wrappers a group (object, None, or name) is recorded elsewhere
+        (:mod:`.fr_ring`): they then only call through."""
         self.progress: dict[tuple[str, str, int], list[Any]] = {}
         """(group_id, direction, peer) -> [group_ranks, issued, completed, last_op, last_issue_ns]."""
 

@@ -55,6 +55,9 @@ class HooksConfig:
         default_factory=lambda: os.environ.get(env.DEVICE_TIMING, "1") != "0"
     )
     """On a CUDA rank, time collectives with CUDA events (``device_timing.py``)."""
+    fr_ring: bool = field(default_factory=lambda: os.environ.get(env.FR_RING, "1") != "0")
+    """At the default level on NCCL, read NCCL collectives from torch's Flight Recorder
+    ring off the training thread (``fr_ring.py``) instead of a Python wrapper per op."""
 
     def __post_init__(self) -> None:
         """Raises TypeError naming a field of the wrong type, ValueError one out of range."""
@@ -99,5 +102,6 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "spool_segment_bytes": (int,),
     "flush_interval_s": (int, float),
     "device_timing": (bool,),
+    "fr_ring": (bool,),
 }
 """The type each field must have (exactly: a bool is no count, a numpy number no int)."""

@@ -40,6 +40,7 @@ from .device_timing import DeviceClock, DeviceTimer
 from .exits import ExitRecorder, crash_stack_path
 from .flight_recorder import DumpOnRequest
 from .folders import spool_root_problem
+from .fr_ring import FrRing, choose, native_groups
 from .gc_pauses import GcRecorder
 from .guard import SELF, Guard, guarded, warn
 from .rank_mesh import RankIdentity
@@ -172,6 +173,8 @@ class _Step:
         self._t0 = time.time_ns()
         if self._hooks._blackbox is not None:
             self._hooks._blackbox.set_step(self._step, self._t0)
+        if self._hooks._ring is not None:
+            self._hooks._ring.timeline.step(self._step, self._t0)
         return self
 
     @guarded("step exit")
@@ -327,6 +330,11 @@ class Hooks:
         if self._device is not None:
             self._device.on_resolved = self._log.device_completed
             self._device.on_poll = self._log.poll_device
+        self._ring: FrRing | None = None
+        """NCCL collectives read from torch's Flight Recorder ring (:mod:`.fr_ring`)."""
+        if choose(config.level, config.fr_ring, backend):
+            self._ring = FrRing(self._log, self._put, context=self._context)
+            self._log.native = native_groups()
         self._undo += [
             patch_work_wait(self._log),
             patch_async_waits(self._log),
@@ -364,6 +372,9 @@ class Hooks:
         identity = getattr(self, "_identity", None)
         if identity is not None:
             identity.settle(only_if_due=True)
+        ring = getattr(self, "_ring", None)
+        if ring is not None:
+            ring.read()
         return log.progress_records(self._step) if log is not None else []
 
     def _context(self) -> tuple[int, str]:
@@ -460,6 +471,7 @@ class Hooks:
         for write in (
             self._identity.settle,
             lambda: self._device and self._device.close(),
+            lambda: self._ring and self._ring.close(),
             self._log.flush,
             lambda: self._blackbox and self._blackbox.mark_flushed(),
             lambda: [self._put(r) for r in self._log.progress_records(self._step)],
@@ -490,12 +502,17 @@ class Hooks:
     def stats(self) -> dict[str, int]:
         """``records`` written, ``dropped`` records (``lost``: of those, records that went
         to a spool file deleted under the hooks), bookkeeping ``errors``, ``bad_values``
-        the script gave that were not recorded (:mod:`.values`), ``collectives`` seen."""
+        the script gave that were not recorded (:mod:`.values`), ``collectives`` seen.
+        ``dropped`` includes Flight Recorder entries overwritten before they were read."""
+        ring = self._ring
         return {
             "records": self._spool.records,
-            "dropped": self._spool.dropped,
+            "dropped": self._spool.dropped + (ring.lost + ring.lost_open if ring else 0),
             "lost": self._spool.lost,
-            "errors": self._log.errors + self._device_errors + self._guard.errors,
+            "errors": self._log.errors
+            + self._device_errors
+            + self._guard.errors
+            + (ring.errors if ring else 0),
             "bad_values": sum(self._guard.bad_values.values()),
             "collectives": self._log.issued,
         }
@@ -528,6 +545,8 @@ class Hooks:
     def _phase_record(
         self, name: str, start_ns: int, end_ns: int, wait_ns: int, microbatch: int, stage: int
     ) -> dict[str, Any]:
+        if self._ring is not None:
+            self._ring.timeline.phase(name, start_ns, end_ns)
         return {
             "t": "phases",
             "step": max(self._step, 0),
