@@ -23,10 +23,14 @@ group's ``destroy_process_group`` (Lightning's and accelerate's end of training 
 too) closes the hooks: the rank ends ``finished``, as with ``hooks.close()``; called while
 an exception propagates, it leaves the ending to the exit records.
 
-Mesh: ``RANKSIGHT_MESH="dp=2,pp=2,tp=2"`` gives the mesh shape; each rank's coordinates
-follow ``ranksight.mesh`` (TP innermost, then PP, then DP, as
-``init_device_mesh(..., ("dp", "pp", "tp"))`` lays ranks out). Unset: every rank is a DP
-replica (``dp = rank``).
+Mesh: the trainer's own mesh wins. ``init_device_mesh`` is wrapped too: the DeviceMesh it
+returns gives this rank's coordinates and the degrees (``rank_mesh.mesh_coordinates``:
+``("dp", "pp", "tp")``, ``("dp_shard", "tp")``, ...); the trainer's own
+``ranksight.trainer_hooks.attach(mesh=...)`` wins over both. Until one of them speaks, the
+coordinates are a guess and the rank's identity records wait (``rank_mesh.py``): with
+``RANKSIGHT_MESH="dp=2,pp=2,tp=2"`` they follow ``ranksight.mesh`` (TP innermost, then PP,
+then DP, as ``init_device_mesh(..., ("dp", "pp", "tp"))`` lays ranks out); unset, every
+rank is a DP replica (``dp = rank``).
 
 Nothing here may break the job: every failure is a warning and the script runs on.
 A restarted worker (torchrun ``--max-restarts``) records under attempt
@@ -51,6 +55,9 @@ from .step_clock import StepClock
 
 TARGET = "torch.distributed.distributed_c10d"
 """The module whose ``init_process_group`` is wrapped."""
+MESH_TARGET = "torch.distributed.device_mesh"
+"""The module whose ``init_device_mesh`` is wrapped (imported by ``torch.distributed``
+itself, so the wrapper is what ``from torch.distributed import init_device_mesh`` gets)."""
 AUTOLOAD_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "autoload")
 """The folder to put first on ``PYTHONPATH``: it holds the ``sitecustomize.py`` that calls
 :func:`install`."""
@@ -106,7 +113,7 @@ def _attach_now() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     coords, shape = mesh_of(rank, world, os.environ.get(env.MESH))
     meta = {"attached": "auto", "argv": sys.argv, "started_ns": time.time_ns()}
-    hooks = trainer_hooks.attach(mesh=coords, mesh_shape=shape, meta=meta)
+    hooks = trainer_hooks.attach(mesh=coords, mesh_shape=shape, meta=meta, mesh_final=False)
     _state["hooks"] = hooks
     if not getattr(hooks, "run_id", ""):
         return  # level off, or attach declined
@@ -201,6 +208,44 @@ def _wrap(module: Any) -> None:
     module.init_process_group = init_process_group
 
 
+def _wrap_device_mesh(module: Any) -> None:
+    """Replace ``module.init_device_mesh`` by a wrapper that hands the mesh it returns to
+    the hooks (``Hooks.adopt_mesh``, source ``init_device_mesh``)."""
+    original = module.init_device_mesh
+    if getattr(original, "_ranksight_wrapped", False):
+        return
+
+    def init_device_mesh(*args: Any, **kwargs: Any) -> Any:
+        mesh = original(*args, **kwargs)
+        try:
+            _adopt_device_mesh(mesh)
+        except Exception as exc:  # the job runs on; the records keep the guess
+            warnings.warn(f"ranksight auto-attach: mesh not read: {exc}", stacklevel=2)
+        return mesh
+
+    init_device_mesh.__wrapped__ = original
+    init_device_mesh.__doc__ = original.__doc__
+    init_device_mesh._ranksight_wrapped = True
+    module.init_device_mesh = init_device_mesh
+
+
+def _adopt_device_mesh(mesh: Any) -> None:
+    hooks = _state["hooks"]
+    if hooks is None or not getattr(hooks, "run_id", ""):
+        return
+    import torch.distributed as dist
+
+    from .rank_mesh import mesh_coordinates
+
+    got = mesh_coordinates(mesh, dist.get_world_size())
+    if got is not None:
+        hooks.adopt_mesh(got[0], got[1], source="init_device_mesh")
+
+
+_WRAPPERS = {TARGET: _wrap, MESH_TARGET: _wrap_device_mesh}
+"""Module name -> what wraps it once it is executed."""
+
+
 def _wrap_destroy(module: Any) -> None:
     original = module.destroy_process_group
 
@@ -221,7 +266,7 @@ class _Finder(importlib.abc.MetaPathFinder):
     :func:`_wrap` runs right after the module executes."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != TARGET:
+        if fullname not in _WRAPPERS or fullname in sys.modules:
             return None
         sys.meta_path.remove(self)  # find the real spec with the other finders
         try:
@@ -236,11 +281,13 @@ class _Finder(importlib.abc.MetaPathFinder):
         def exec_module(module: Any) -> None:
             real_exec(module)
             try:
-                _wrap(module)
+                _WRAPPERS[fullname](module)
             except Exception as exc:
-                warnings.warn(f"ranksight auto-attach could not wrap {TARGET}: {exc}", stacklevel=2)
+                warnings.warn(
+                    f"ranksight auto-attach could not wrap {fullname}: {exc}", stacklevel=2
+                )
             finally:
-                if self in sys.meta_path:
+                if all(name in sys.modules for name in _WRAPPERS) and self in sys.meta_path:
                     sys.meta_path.remove(self)
 
         loader.exec_module = exec_module
@@ -260,9 +307,9 @@ def install() -> bool:
     if env.ATTEMPT not in os.environ and os.environ.get("TORCHELASTIC_RESTART_COUNT"):
         os.environ[env.ATTEMPT] = os.environ["TORCHELASTIC_RESTART_COUNT"]
     _state["installed"] = True
-    loaded = sys.modules.get(TARGET)
-    if loaded is not None:
-        _wrap(loaded)
-    else:
+    for name, wrap in _WRAPPERS.items():
+        if name in sys.modules:
+            wrap(sys.modules[name])
+    if not all(name in sys.modules for name in _WRAPPERS):
         sys.meta_path.insert(0, _Finder())
     return True
