@@ -19,6 +19,18 @@ minus the base against the budget.
 
 Run: flock /tmp/ranksight-cpu.lock python bench/import.py [--ranks 8] [--mb 200]
      [--memory-mb 64,256]
+
+With ``--fr``: the fixed cost of answering on Flight Recorder dumps, against PyTorch's
+own analyzer, ``python -m torch.distributed.flight_recorder.fr_trace DIR -p _dump_``
+(the module torch ships). The 16 real dumps of ``nvrx_fr_dumps/gpu_error_1st``
+(``../shared/realdata/MANIFEST.md``; copied byte for byte) and 256, 1,024 and 4,096
+ranks made from them (:func:`replicate_dump`), each tool in a child process of its own,
+interleaved size by size and repeated: wall time and the child's peak RSS (``wait4``).
+NVIDIA's FR analyzer (nvidia-resiliency-ext ``attribution``) is not in the PyPI wheel
+(0.4.1, the newest there, ships only ``inprocess/attribution.py``), so it is not run.
+
+     flock /tmp/ranksight-cpu.lock python bench/import.py --fr [--fr-ranks 16,256,1024,4096]
+     [--repeat 3]
 """
 
 from __future__ import annotations
@@ -119,6 +131,128 @@ def measure(mode: str, paths: list[str], memory_mb: int) -> dict:
     return {**json.loads(out.stdout.strip().splitlines()[-1]), "s": s, "mb": mb}
 
 
+FR_SRC = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "realdata",
+                      "nvrx_fr_dumps", "gpu_error_1st")  # fmt: skip
+FR_BLOCK = 16
+"""Ranks of the real dumps; a larger set is this many ranks a block."""
+
+
+def replicate_dump(dump: dict, block: int) -> dict:
+    """Rank ``r``'s real dump as rank ``16 * block + r``'s, in torch's own dump layout.
+
+    A process group of all 16 real ranks (``default_pg``, the optimizer's and the expert
+    pipeline groups) becomes one group of the whole world (its name kept; its member list
+    set by :func:`fr_dumps`); every other group is one block's own: its name and
+    ``pg_id`` shifted by ``1000 * block`` (names are creation numbers, unique per group),
+    its members by ``16 * block``. Entries (sequence numbers, sizes, states) are the real
+    rank's, so every block holds the real fault (ranks 12 and 14 stop completing)."""
+    world = {n for n, c in dump["pg_config"].items() if c["ranks"] == str(list(range(FR_BLOCK)))}
+    names = {e["pg_id"]: e["process_group"][0] for e in dump["entries"]}
+
+    def name(n: str) -> str:
+        return n if n in world or block == 0 else str(int(n) + 1000 * block)
+
+    def pg_id(i):
+        return i if names.get(int(i)) in world or block == 0 else type(i)(int(i) + 1000 * block)
+
+    out = {**dump, "pg_config": {}, "pg_status": {}, "entries": []}
+    for n, c in dump["pg_config"].items():
+        ranks = (
+            c["ranks"]
+            if n in world
+            else str([r + FR_BLOCK * block for r in json.loads(c["ranks"])])
+        )
+        out["pg_config"][name(n)] = {**c, "name": name(n), "ranks": ranks}
+    out["pg_status"] = {pg_id(k): v for k, v in dump["pg_status"].items()}
+    for e in dump["entries"]:
+        group = (name(e["process_group"][0]), *e["process_group"][1:])
+        out["entries"].append({**e, "pg_id": pg_id(e["pg_id"]), "process_group": group})
+    return out
+
+
+def fr_dumps(folder: str, ranks: int) -> str:
+    """``folder/r<ranks>/_dump_<rank>`` for ``ranks`` ranks (a multiple of 16); 16: the
+    real files copied. Returns the folder of the dumps."""
+    import pickle
+
+    out = os.path.join(folder, f"r{ranks}")
+    if os.path.isdir(out) and len(os.listdir(out)) == ranks:
+        return out
+    os.makedirs(out, exist_ok=True)
+    real = {}
+    for r in range(FR_BLOCK):
+        path = os.path.join(FR_SRC, f"_dump_{r}")
+        if ranks == FR_BLOCK:
+            shutil.copy(path, out)
+        with open(path, "rb") as f:
+            real[r] = pickle.load(f)  # the repository's own fixture: plain data
+    if ranks == FR_BLOCK:
+        return out
+    everyone = str(list(range(ranks)))
+    for b in range(ranks // FR_BLOCK):
+        for r, dump in real.items():
+            d = replicate_dump(dump, b)
+            for c in d["pg_config"].values():
+                if c["ranks"] == str(list(range(FR_BLOCK))):
+                    c["ranks"] = everyone
+            with open(os.path.join(out, f"_dump_{FR_BLOCK * b + r}"), "wb") as f:
+                pickle.dump(d, f)
+    return out
+
+
+FR_TOOLS = {
+    "ranksight import": lambda d, tmp: ["-m", "ranksight.cli", "import", d],
+    "ranksight import --store": lambda d, tmp: ["-m", "ranksight.cli", "import", d, "--store",
+                                                tempfile.mkdtemp(prefix="store-", dir=tmp)],
+    "fr_trace": lambda d, tmp: ["-m", "torch.distributed.flight_recorder.fr_trace", d, "-p", "_dump_"],
+}  # fmt: skip
+"""Each tool's command line (after ``python``) on a dump folder; ``--store``: a new one."""
+
+
+def fr_run(tool: str, folder: str, tmp: str) -> tuple[float, float, int]:
+    """(wall s, peak RSS MB, exit code) of one child running ``tool`` on ``folder``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANKSIGHT_STORE", "RANKSIGHT_HOME")}
+    t = time.perf_counter()
+    child = subprocess.Popen([sys.executable, *FR_TOOLS[tool](folder, tmp)], cwd=tmp, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t, usage.ru_maxrss / 1024, child.returncode
+
+
+def fr_main(sizes: list[int], repeat: int) -> None:
+    """The ``--fr`` comparison: prints one table row per tool and size."""
+    import statistics
+
+    tmp = tempfile.mkdtemp(prefix="bench-fr-", dir="/tmp")
+    try:
+        folders = {n: fr_dumps(tmp, n) for n in sizes}
+        runs: dict[tuple[str, int], list] = {}
+        loads = [os.getloadavg()[0]]
+        for _ in range(repeat):
+            for n in sizes:
+                for tool in FR_TOOLS:
+                    runs.setdefault((tool, n), []).append(fr_run(tool, folders[n], tmp))
+            loads.append(os.getloadavg()[0])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"machine: {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"1-min load average {min(loads):.1f}-{max(loads):.1f} during the run; {repeat} runs each")  # fmt: skip
+    print(
+        "| ranks | tool | wall s median (min-max) | peak RSS MB | exit codes | median / fr_trace |"
+    )
+    print("|---|---|---|---|---|---|")
+    for n in sizes:
+        ref = statistics.median(r[0] for r in runs[("fr_trace", n)])
+        for tool in FR_TOOLS:
+            walls = [r[0] for r in runs[(tool, n)]]
+            rss = max(r[1] for r in runs[(tool, n)])
+            codes = sorted({r[2] for r in runs[(tool, n)]})
+            med = statistics.median(walls)
+            print(f"| {n:,} | {tool} | {med:.2f} ({min(walls):.2f}-{max(walls):.2f}) | {rss:.0f} | "
+                  f"{','.join(map(str, codes))} | {med / ref:.2f} |")  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--ranks", type=int, default=8)
@@ -126,8 +260,13 @@ def main() -> None:
     p.add_argument("--memory-mb", default="64,256", help="budgets, MiB, comma-separated")
     p.add_argument("--keep", default=None, help="folder to keep (and reuse) the traces in")
     p.add_argument("--child", default=None)
+    p.add_argument("--fr", action="store_true", help="Flight Recorder dumps against fr_trace")
+    p.add_argument("--fr-ranks", default="16,256,1024,4096", help="ranks, multiples of 16")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each tool and size (--fr)")
     p.add_argument("paths", nargs="*")
     a = p.parse_args()
+    if a.fr:
+        return fr_main([int(x) for x in a.fr_ranks.split(",")], a.repeat)
     if a.child:
         return child(a.child, a.paths, int(a.memory_mb))
     budgets = [int(x) for x in a.memory_mb.split(",")]

@@ -5,13 +5,15 @@ from __future__ import annotations
 import abc
 import time
 from collections.abc import Sequence
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ranksight.store import schema
 from ranksight.store.errors import StoreError
 from ranksight.store.schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:  # loaded by the backends; the interface itself needs neither
+    import numpy as np
+    import pandas as pd
 
 __all__ = ["Store", "StoreError"]
 
@@ -88,6 +90,8 @@ class Store(abc.ABC):
 
     def record_schema_version(self, version: int) -> None:
         """Add ``version`` to the ``schema_version`` table."""
+        import pandas as pd
+
         self.insert(
             "schema_version", pd.DataFrame([{"version": version, "applied_ns": time.time_ns()}])
         )

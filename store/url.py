@@ -11,6 +11,8 @@ URL                                                    store
 ``clickhouse://[user[:password]@]host[:port]/db``      ClickHouse server, native protocol (port
                                                        9000)
 ``clickhouses://...``                                  the same over TLS (port 9440)
+``memory:``                                            a new store in RAM, gone when the process
+                                                       ends (``store/memory.py``)
 =====================================================  ==========================================
 
 User and password not in the URL come from ``$RANKSIGHT_CH_USER`` and
@@ -32,16 +34,22 @@ import ipaddress
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from ranksight import env
-from ranksight.store.base import Store, StoreError
+from ranksight.store.errors import StoreError
+
+if TYPE_CHECKING:
+    from ranksight.store.base import Store
 
 CH_USER = env.CH_USER
 CH_PASSWORD = env.CH_PASSWORD
 
 _SERVER_SCHEMES = {"clickhouse": 9000, "clickhouses": 9440}
 _FOLDER_SCHEMES = ("chdb", "file")
+MEMORY = "memory:"
+"""The URL of a new in-memory store (:mod:`ranksight.store.memory`)."""
 _DATABASE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -59,6 +67,10 @@ def open_store(url: str | None = None, connect: bool = True) -> Store:
         return _server_store(url, scheme, connect)
     if scheme in _FOLDER_SCHEMES:
         return _folder_store(url, _folder_of(url, scheme))
+    if url == MEMORY:
+        from ranksight.store.memory import MemoryStore
+
+        return MemoryStore(MEMORY)
     if "://" in url:
         known = ", ".join([*_SERVER_SCHEMES, *_FOLDER_SCHEMES])
         raise StoreError(f"{redact(url)}: unknown store scheme {scheme!r} (known: {known})")

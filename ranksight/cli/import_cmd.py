@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
 from rich.markup import escape
 
+from ranksight import env
 from ranksight.cli.common import STORE_OPTION, analysis_run, console, err, fail, open_store_arg
 from ranksight.importer.summary import ARTIFACTS, file_line, nothing_imported, summary_lines
+from ranksight.store.url import MEMORY
 
 
 def import_cmd(
@@ -22,7 +25,9 @@ def import_cmd(
     attempt: int = typer.Option(0, min=0, help="attempt"),
     store: str = STORE_OPTION,
     memory_mb: int = typer.Option(
-        512, "--memory-mb", min=16,
+        512,
+        "--memory-mb",
+        min=16,
         help="memory budget, MiB: a dump or py-spy file read whole may inflate to a 32nd of "
         "it, one trace event take a 16th (at least 1 MiB); a log line is cut at 1 MiB; a "
         "file past its limit is named and not read",
@@ -31,7 +36,9 @@ def import_cmd(
     report: bool = typer.Option(True, help="analyze the run and print the report"),
     format: str = typer.Option("text", help="report format: text, json or markdown"),
 ) -> None:
-    """Import what a job left behind into a run and report on it (exit 3: a fault found,
+    """Import what a job left behind into a run and report on it; the run is kept only
+    in --store or $RANKSIGHT_STORE, else read into memory and forgotten at exit (with
+    --no-report, in the default store) (exit 3: a fault found,
     0: none in what was read (undecided), 2: a usage error, 1: a path that does not exist
     or nothing could be imported, as for a store that is not there). A file that cannot be read is named on one line
     ('error: could not import PATH (KIND): why') and the rest are imported: the exit code
@@ -48,7 +55,8 @@ def import_cmd(
         cfg = ImportConfig(run_id=run, attempt=attempt, memory_mb=memory_mb)
     except ValueError as e:
         fail(str(e), 2)
-    s = open_store_arg(store)
+    kept = store or os.environ.get(env.STORE) or not report  # asked to persist
+    s = open_store_arg(store if kept else MEMORY)
     show = sys.stderr.isatty() if progress is None else progress
     bar = Progress(
         "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
@@ -77,6 +85,8 @@ def import_cmd(
         fail(nothing_imported(paths, len(result.files)))
     counts = ", ".join(f"{t} {n:,}" for t, n in sorted(result.rows.items()))
     print(f"run {result.run_id}: rows written per table: {counts}", file=out)
+    if not kept:
+        print(f"run {result.run_id} is not kept: give --store to keep it", file=out)
     for line in summary_lines(result.meta):
         print(line, file=out)
     if not report:

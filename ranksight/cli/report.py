@@ -7,7 +7,6 @@ import time
 
 import typer
 
-from ranksight import report as rep
 from ranksight.cli.common import STORE_OPTION, analysis_run, console, fail, open_store_arg
 
 
@@ -16,7 +15,11 @@ def report(
     attempt: int = typer.Option(None, help="attempt (default: the latest)"),
     store: str = STORE_OPTION,
     format: str = typer.Option("text", help="text, json or markdown"),
-    save: bool = typer.Option(True, help="store the findings for the UI"),
+    save: bool = typer.Option(
+        False,
+        help="store the findings (the UI's and 'ranksight runs' findings count); by "
+        "default the report only reads",
+    ),
     steps: str = typer.Option(None, help="only these steps: A:B, A:, :B or N"),
     since: str = typer.Option(
         None, help="only the steps of the last 90s, 10m, 2h or 1d (s, m, h, d: a unit is required)"
@@ -28,7 +31,10 @@ def report(
     ),
     interval: float = typer.Option(10.0, min=1.0, help="seconds between analyses with --watch"),
 ) -> None:
-    """Diagnose a stored run and print the root-cause report (exit 3 if a culprit is found)."""
+    """Diagnose a stored run and print the root-cause report (exit 3 if a culprit is found).
+    It reads the store and changes nothing (no schema migration: an older store is an
+    error naming 'ranksight db migrate'), unless --save stores the findings."""
+    from ranksight import report as rep
     from ranksight.analyzer import analyze
     from ranksight.analyzer.window import parse_since, parse_steps
     from ranksight.store import StoreError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ranksight.cli.common import STORE_OPTION, console, err, fail
+from ranksight.cli.common import STORE_OPTION, check_readable, console, err, fail
 from ranksight.store.url import default_store_url, redact
 
 
@@ -25,6 +25,8 @@ def ui(
         cfg = LaunchConfig(store=url, host=host, port=port, run=run)
         store = open_store(url)  # a bad URL or an unreachable server fails here, not in the page
         absent = missing_store(store, url)
+        if not absent:
+            check_readable(store)  # an older schema: say so here, not in every page
         store.close()
     except ValueError as e:
         fail(str(e), 2)
