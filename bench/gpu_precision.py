@@ -16,9 +16,15 @@ count per process group against the Flight Recorder's.
 
     python bench/gpu_precision.py compare --out OUT --spool SPOOL
 
-Overhead in one process (hooks off / default in alternating blocks, same model):
+Overhead in one process (hooks off / default with the Python wrappers / without CUDA
+events / default reading the Flight Recorder ring, in alternating blocks, same model), with
+``TORCH_NCCL_ENABLE_TIMING=1`` set before the process group is made:
 
     torchrun --nproc-per-node 2 bench/gpu_precision.py ab --out OUT --spool SPOOL
+
+The Flight Recorder path's records against the wrappers' on one job (same collectives):
+
+    torchrun --nproc-per-node 1 bench/gpu_precision.py match --out OUT --spool SPOOL
 """
 
 from __future__ import annotations
@@ -141,23 +147,30 @@ def ab(a: argparse.Namespace) -> None:
         opt.step()
         opt.zero_grad(set_to_none=False)
 
-    def attach(device_timing: bool):
+    def attach(level: str):
         return trainer_hooks.attach(
             mesh={"dp": rank, "tp": 0, "pp": 0},
             mesh_shape={"dp": world, "tp": 1, "pp": 1},
             spool_dir=a.spool,
             run_id=f"ab-{time.time_ns()}",
-            device_timing=device_timing,
+            device_timing=level != "no_cuda_events",
+            fr_ring=level == "fr_ring",
         )
 
-    levels = ("off", "default", "no_cuda_events")
+    levels = ("off", "default", "no_cuda_events", "fr_ring")
+    issue: dict[str, list[float]] = {k: [] for k in levels}
+    ring_reads: list[tuple[int, int]] = []
     times: dict[str, list[float]] = {k: [] for k in levels}
     per_op: dict[str, list[float]] = {k: [] for k in levels}
     small = torch.ones(1024, device=dev)
     for block in range(a.blocks):
         k = block % len(levels)
         for level in levels[k:] + levels[:k]:
-            hooks = attach(level == "default") if level != "off" else None
+            hooks = attach(level) if level != "off" else None
+            if level == "fr_ring":
+                assert hooks._ring is not None, "the Flight Recorder path was not chosen"
+            elif hooks is not None:
+                assert hooks._ring is None
             for i in range(a.block_steps):
                 ctx = hooks.step(i) if hooks is not None else contextlib.nullcontext()
                 torch.cuda.synchronize()
@@ -173,8 +186,18 @@ def ab(a: argparse.Namespace) -> None:
                 dist.all_reduce(small)
             torch.cuda.synchronize()
             per_op[level].append((time.perf_counter() - t0) / 200)
+            t0 = time.perf_counter()  # host cost alone: enqueue, no wait for the device
+            works = [dist.all_reduce(small, async_op=True) for _ in range(200)]
+            issue[level].append((time.perf_counter() - t0) / 200)
+            for w in works:
+                w.wait()
+            torch.cuda.synchronize()
             if hooks is not None:
+                ring = hooks._ring
                 hooks.close()
+                if ring is not None:
+                    ring_reads.append((ring.reads, ring.read_ns))
+                    assert ring.lost == 0 and ring.lost_open == 0, ring.stats
     if rank == 0:
         med = {k: statistics.median(v) for k, v in times.items()}
         op = {k: statistics.median(v) for k, v in per_op.items()}
@@ -183,12 +206,92 @@ def ab(a: argparse.Namespace) -> None:
             "ratio": {k: round(med[k] / med["off"], 4) for k in levels},
             "steps": {k: len(v) for k, v in times.items()},
             "per_collective_us": {k: round(v * 1e6, 1) for k, v in op.items()},
+            "issue_us": {k: round(statistics.median(v) * 1e6, 2) for k, v in issue.items()},
+            "ring_read_ms": round(
+                sum(n for _, n in ring_reads) / 1e6 / max(1, sum(r for r, _ in ring_reads)), 3
+            ),  # fmt: skip
+            "ring_reads": sum(r for r, _ in ring_reads),
             "collectives_per_step": len(params),
             "params": sum(p.numel() for p in params),
         }
         print(json.dumps(doc), flush=True)
         with open(os.path.join(a.out, "ab.json"), "w") as f:
             json.dump(doc, f)
+    dist.destroy_process_group()
+
+
+def match(a: argparse.Namespace) -> None:
+    """One NCCL job, wrappers on, and a Flight Recorder reader beside them on the same
+    collectives: per (group, group_seq) the two records' op, sizes, dtype and device
+    duration side by side, and how far apart their device starts are."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    from ranksight import trainer_hooks
+    from ranksight.trainer_hooks.collective_log import BlockedClock, CollectiveLog
+    from ranksight.trainer_hooks.fr_ring import FrRing
+
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    dev = torch.device("cuda")
+    hooks = trainer_hooks.attach(spool_dir=a.spool, run_id="fr-match", fr_ring=False)
+    wrapped: list[dict] = []
+    put = hooks._put
+    hooks._put = lambda r: (wrapped.append(r) if r.get("t") == "collectives" else None, put(r))[1]
+    hooks._log.emit = hooks._put
+    if hooks._device is not None:
+        hooks._device.emit = hooks._put
+    got: list[dict] = []
+    reader = FrRing(CollectiveLog(got.append, hooks._context, BlockedClock()), got.append,
+                    context=hooks._context)  # fmt: skip
+    hooks._ring = reader  # its timeline is fed; the wrappers still record (no native)
+    grads = [torch.randn(1 << s, device=dev, dtype=torch.bfloat16) for s in range(10, 24, 2)]
+    out = [torch.empty(1 << 14, device=dev) for _ in range(dist.get_world_size())]
+    sub = dist.new_group([0])
+    for step in range(a.steps):
+        with hooks.step(step), hooks.phase("backward"):
+            for g in grads[:3]:
+                dist.all_reduce(g)
+            for w in [dist.all_reduce(g, async_op=True) for g in grads[3:]]:
+                w.wait()
+            funcol.all_reduce(grads[0], "sum", dist.group.WORLD).wait()
+            dist.all_gather(out, torch.ones(1 << 14, device=dev))
+            dist.broadcast(grads[1], 0, group=sub)
+            dist.reduce_scatter_tensor(torch.empty(1 << 12, device=dev),
+                                       torch.ones(1 << 12, device=dev))  # fmt: skip
+        reader.read()
+    torch.cuda.synchronize()
+    time.sleep(1.0)  # the watchdog marks the last ones completed
+    hooks.close()
+    key = ("group_id", "group_seq")
+    fr = {tuple(r[k] for k in key): r for r in got}
+    wr = {tuple(r[k] for k in key): r for r in wrapped}
+    same = [k for k in wr if k in fr]
+    fields = ("op", "dtype", "numel_in", "numel_out", "bytes", "step", "phase")
+    differ = {f: sum(fr[k][f] != wr[k][f] for k in same) for f in fields}
+    dur = [((fr[k]["end_ns"] - fr[k]["start_ns"]) - (wr[k]["end_ns"] - wr[k]["start_ns"])) / 1e3
+           for k in same if fr[k]["end_ns"] and wr[k]["end_ns"]]  # fmt: skip
+    start = [(fr[k]["start_ns"] - wr[k]["start_ns"]) / 1e3 for k in same
+             if fr[k]["end_ns"] and wr[k]["end_ns"]]  # fmt: skip
+    doc = {
+        "wrapper_records": len(wrapped), "fr_records": len(got), "matched": len(same),
+        "only_wrapper": sorted({wr[k]["op"] for k in wr if k not in fr}),
+        "only_fr": sorted({fr[k]["op"] for k in fr if k not in wr}),
+        "fields_differing": differ, "fr_stats": reader.stats,
+        "fr_ended": sum(1 for r in got if r["end_ns"]),
+        "duration_fr_minus_wrapper_us": {
+            "median": round(statistics.median(dur), 1) if dur else None,
+            "p99_abs": round(_pct([abs(x) for x in dur], 0.99), 1) if dur else None},
+        "start_fr_minus_wrapper_us": {
+            "median": round(statistics.median(start), 1) if start else None,
+            "p99_abs": round(_pct([abs(x) for x in start], 0.99), 1) if start else None},
+        "ops": sorted({r["op"] for r in got}),
+    }  # fmt: skip
+    print(json.dumps(doc), flush=True)
+    with open(os.path.join(a.out, "match.json"), "w") as f:
+        json.dump(doc, f)
     dist.destroy_process_group()
 
 
@@ -276,7 +379,7 @@ def compare(a: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("mode", choices=("worker", "compare", "ab"))
+    p.add_argument("mode", choices=("worker", "compare", "ab", "match"))
     p.add_argument("--out", required=True)
     p.add_argument("--spool", required=True)
     p.add_argument("--steps", type=int, default=16)
@@ -288,7 +391,7 @@ def main() -> None:
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
-    {"worker": worker, "compare": compare, "ab": ab}[a.mode](a)
+    {"worker": worker, "compare": compare, "ab": ab, "match": match}[a.mode](a)
     print(f"{a.mode} took {time.time() - t0:.1f} s", flush=True)
 
 
