@@ -9,7 +9,7 @@ attach mode, fault, culprit and cause found, time to detection, clean run) with 
 machine and its load average, and prints it.
 
 Run: python3 bench/frameworks_faults.py [--out FILE] [--only FRAMEWORK ...]
-(about 2 min a run on a loaded 2-core machine: 20 runs, 30-45 min).
+(20 runs, about 1 min each on a 2-core machine, 2 min under a load of 10-15).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ def _found(o: Outcome) -> str:
         return "no finding"
     f = o.final[0]
     more = f" (+{len(o.final) - 1} more: {described(o.final[1:])})" if len(o.final) > 1 else ""
-    return f"{f.kind} rank {f.culprit_rank}, `{f.cause}`: {f.summary[:220]}{more}"
+    text = f.summary if len(f.summary) <= 240 else f.summary[:240].rsplit("; ", 1)[0] + " ..."
+    return f"{f.kind} rank {f.culprit_rank}, `{f.cause}`: {text}{more}"
 
 
 def _row(o: Outcome, clean: Outcome | None) -> str:

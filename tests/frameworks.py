@@ -156,7 +156,8 @@ class Fault:
     steps: int
     """The job's length in steps."""
     sleep_ms: float
-    """Each rank's sleep between steps (paces the job so that the fault lands in it)."""
+    """Each rank's sleep between steps: paces the job so that the fault lands in it on an
+    idle machine too (steps reach the store a few seconds after they end)."""
     kind: str = ""
     cause: str = ""
     after_steps: int = 8
@@ -166,10 +167,10 @@ FAULTS: dict[str, Fault] = {
     f.name: f
     for f in (
         Fault("clean", "none", 40, 50.0),
-        Fault("quota", "CPU quota 3% of one CPU on rank 1's cgroup until the job ends", 40,
-              50.0, "straggler", "cpu_contention"),
+        Fault("quota", "CPU quota 3% of one CPU on rank 1's cgroup until the job ends", 60,
+              200.0, "straggler", "cpu_contention"),
         Fault("sigstop", "SIGSTOP of rank 1, SIGCONT once the hang is named (or after 90 s)",
-              40, 100.0, "hang", "stopped"),
+              60, 200.0, "hang", "stopped"),
         Fault("sigkill", "SIGKILL of rank 1", 400, 100.0, "crash", ""),
     )
 }  # fmt: skip
@@ -199,6 +200,8 @@ class Outcome:
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)
     """The machine's load average (1, 5, 15 min) as the run ended."""
     output: str = ""
+    landed: bool = True
+    """The fault was put on a rank still training (False: the job had ended first)."""
 
     @property
     def named(self) -> bool:
@@ -215,11 +218,12 @@ class Outcome:
         report_ok = (
             self.report_rc == (3 if self.final else 0) and "Traceback" not in self.report_err
         )
-        return self.named and live_ok and stored_ok and report_ok
+        return self.landed and self.named and live_ok and stored_ok and report_ok
 
     def explain(self) -> str:
         """Everything, for an assertion message."""
-        return (f"{self.framework.name} / {self.fault.name}: exit {self.exit_code}, detected "
+        return (f"{self.framework.name} / {self.fault.name}: landed {self.landed}, exit "
+                f"{self.exit_code}, detected "
                 f"{self.detected_s}, live {described(self.live)}, final {described(self.final)}, "
                 f"stored {self.stored}, report rc {self.report_rc} {self.report_err[-800:]}\n"
                 + "\n".join(f.summary for f in self.final) + "\n" + self.output[-2500:])  # fmt: skip
@@ -270,6 +274,7 @@ def run_case(folder: str, framework: Framework, fault: Fault) -> Outcome:
         if fault.kind:
             victim = rank_process(framework.marker, 1)
             job.detect(lambda _: steps_stored(job) >= 4 * fault.after_steps, 240, 1.0)
+            out.landed = job.proc.poll() is None and victim.is_running()
             out.detected_s, out.live = _inject(job, fault, victim.pid)
         out.exit_code = job.wait()
     finally:
