@@ -17,7 +17,8 @@ CAUSES = ("compute", "data_loader", "optimizer", "communication", "unknown", "gc
           "lagging", "mismatch", "ahead", "signal", "exit_code", "exception", "nccl_error",
           "gpu_error", "cuda_error", "pcie", "network", "peer_gone", "unreachable", "checkpoint")  # fmt: skip
 NOT_FAULTS = ("pipeline_imbalance",)
-"""Finding kinds that describe the job's design, not a fault (severity low)."""
+"""Finding kinds that name no failing rank: the job's own split of the work (its severity
+follows its measured cost, ``imbalance.SEVERITY``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +43,9 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
 
     def who(self) -> str:
-        """Whom the finding names, for titles: ``rank N``; ``stage N`` for a pipeline
-        stage; else its suspects, its host, or ``no single rank``."""
+        """Whom the finding names, for titles (never ``rank -1``): ``rank N``; ``stage N``
+        for a pipeline stage; else its suspects, its slow group (``tp group of ranks
+        2-3``), its host, or ``no single rank``."""
         if self.culprit_rank >= 0:
             return f"rank {self.culprit_rank}"
         if self.kind in NOT_FAULTS:
@@ -53,6 +55,10 @@ class Finding:
         suspects = self.evidence.get("suspects") or []
         if suspects and isinstance(suspects, list):
             return f"suspects {span(suspects)}"
+        groups = self.evidence.get("slow_groups") or []
+        if groups and isinstance(groups, list) and isinstance(groups[0], dict):
+            g, more = groups[0], f" and {len(groups) - 1} more" if len(groups) > 1 else ""
+            return f"{g.get('axis', '')} group of ranks {span(g.get('members') or [])}{more}"
         return f"host {self.host}" if self.host else "no single rank"
 
     def to_row(self, run_id: str, attempt: int, analyzed_ns: int, finding_id: int) -> dict:

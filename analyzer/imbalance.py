@@ -1,21 +1,26 @@
-"""Pipeline imbalance: a stage slower than the others by design, not a fault.
+"""Pipeline imbalance: a stage slower than the others through an uneven split of the work.
 
 When every rank of one pipeline stage computes uniformly longer than the ranks of the
 other stages (more layers, or the embedding / loss head), no rank stands out among its
 same-stage peers, so the straggler test (``straggler.py``) rightly names none; the
 pipeline still runs at the pace of its slowest stage. This module reports it as its own
-finding kind, ``pipeline_imbalance`` (cause ``stage_imbalance``, severity low), with the
-impact of rebalancing the stages:
+finding kind, ``pipeline_imbalance`` (cause ``stage_imbalance``; no failing rank, so
+``findings.NOT_FAULTS``), with the impact of rebalancing the stages and a severity that
+follows it (:data:`SEVERITY`):
 
 - per rank, the median compute self time per step (forward + backward + optimizer, the
   straggler test's input) over the analyzed steps; per stage, the median over its ranks;
 - imbalanced: the slowest stage's median is at least ``min_ratio`` times the median of the
   other stages', and so is the ``uniform_quantile`` of its ranks (the whole stage, not a
   few of its ranks); stages need at least two ranks (with one, a slow stage and a slow rank
-  cannot be told apart);
-- impact: a what-if replay (``slice_replay.py``) of one pipeline slice without stragglers
-  with the stages' work spread evenly; without a replay, the bottleneck stage's excess
-  over the stages' mean per step, over the median step time.
+  cannot be told apart); a slowest stage over :data:`NOTE_RATIO` but under the thresholds
+  is a note;
+- impact: a what-if replay (``slice_replay.py``) of every pipeline without stragglers, all
+  data-parallel replicas where :func:`slice_replay.replay_ranks` holds them, with the
+  stages' work spread evenly, used only where its step as it ran is within
+  :data:`REPLAY_TOLERANCE` of the measured job step; else :func:`estimate` from the
+  measured per-stage compute. Either way with its error in points. An impact under
+  ``min_impact_pct`` is a note, not a finding.
 """
 
 from __future__ import annotations
@@ -90,6 +95,17 @@ def find_imbalance(
 ) -> StageImbalance | None:
     """The slow stage (see the module docstring), or None. ``per_rank``: rank -> compute
     ns per step; ``stage``: rank -> pipeline stage."""
+    found = slowest_stage(per_rank, stage, cfg)
+    if found is None or found.ratio < cfg.min_ratio or found.low_ratio < cfg.min_ratio:
+        return None
+    return found
+
+
+def slowest_stage(
+    per_rank: pd.Series, stage: pd.Series, cfg: ImbalanceConfig
+) -> StageImbalance | None:
+    """The stage whose ranks compute the most, whatever its ratio (:func:`find_imbalance`
+    without the thresholds); None with fewer than two stages of two ranks or more."""
     per_rank = per_rank.dropna()
     stage = stage.reindex(per_rank.index)
     sizes = stage.value_counts()
@@ -102,8 +118,6 @@ def find_imbalance(
         return None
     ratio = float(medians[slow]) / others
     low = float(per_rank[stage == slow].quantile(cfg.uniform_quantile)) / others
-    if ratio < cfg.min_ratio or low < cfg.min_ratio:
-        return None
     return StageImbalance(
         stage=slow,
         ratio=ratio,
@@ -178,9 +192,10 @@ def imbalance_findings(
     has no step records to measure the job step on); ``culprits``: straggler ranks
     (their pipelines are not replayed). An imbalance under ``min_impact_pct`` is a note."""
     cfg = cfg or ImbalanceConfig()
-    found = find_imbalance(rank_compute(totals, steps), coords["pp"], cfg)
+    per_rank = rank_compute(totals, steps)
+    found = find_imbalance(per_rank, coords["pp"], cfg)
     if found is None:
-        return [], []
+        return [], _near(slowest_stage(per_rank, coords["pp"], cfg), cfg)
     wall = job_steps(data.steps, steps)
     job_ms = float(wall.mean()) / _MS if not wall.empty else step_ms
     cost, notes = _replayed(data, coords, steps, culprits)
@@ -194,6 +209,21 @@ def imbalance_findings(
         )
         return [], notes
     return [_finding(found, cost, job_ms)], notes
+
+
+NOTE_RATIO = 1.1
+"""A slowest stage this much over the others' median, under ``min_ratio``, is noted."""
+
+
+def _near(found: StageImbalance | None, cfg: ImbalanceConfig) -> list[str]:
+    """A note for a stage imbalance under the thresholds but at least :data:`NOTE_RATIO`."""
+    if found is None or found.ratio < NOTE_RATIO:
+        return []
+    return [
+        f"pipeline stage {found.stage} computes {found.ratio:.2f}x the other stages' median "
+        f"(its ranks' {cfg.uniform_quantile:.0%} quantile {found.low_ratio:.2f}x): under the "
+        f"{cfg.min_ratio:.2f}x threshold for a stage imbalance finding"
+    ]
 
 
 def _replayed(data, coords, steps, culprits) -> tuple[StageCost | None, list[str]]:

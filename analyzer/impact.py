@@ -14,7 +14,8 @@ overlapped other work, or a replay that does not model the run. So:
    kept in the evidence (``estimated_impact_pct``).
 2. **Estimate.** With no steps before the onset, the estimate stays, marked as such
    (``impact_method``) with the error it carries: up to the estimate itself below it (an
-   upper bound: it assumes every excess millisecond delayed the step).
+   upper bound: it assumes every excess millisecond delayed the step), and never above
+   :data:`MAX_ESTIMATE_PCT` (it cannot leave a 0 ms step).
    A finding measured at less than :data:`MIN_MEASURED_PCT`, or less than its error, cost
    nothing that can be told from noise: it stays (the rank is slow; the schedule may hide
    it only for now) with impact 0, confidence at most :data:`HIDDEN_CONFIDENCE`, and says so.
@@ -107,7 +108,8 @@ def measured(f: Finding, wall: pd.Series) -> tuple[Finding, str | None]:
     estimate = round(float(f.impact_pct), 1)
     if m is None:
         method = "replay" if "whatif" in f.evidence else "excess estimate (upper bound)"
-        ev = {**f.evidence, "impact_method": method, "impact_error_pts": estimate}
+        f = _capped(f) if method != "replay" else f
+        ev = {**f.evidence, "impact_method": method, "impact_error_pts": f.impact_pct}
         return dataclasses.replace(f, evidence=ev), None
     ev = {
         **f.evidence,
@@ -136,6 +138,34 @@ def measured(f: Finding, wall: pd.Series) -> tuple[Finding, str | None]:
     return dataclasses.replace(
         f, impact_pct=round(m.impact_pct, 1), evidence=ev, summary=summary
     ), note
+
+
+MAX_ESTIMATE_PCT = 90.0
+"""The most an excess estimate claims. Its extra time can reach the whole step (the
+estimate then says the step would take 0 ms without it), but the peers' own work and the
+communication stay: above this it is capped, and its summary says so."""
+
+
+def _capped(f: Finding) -> Finding:
+    """``f`` (an excess estimate) capped at :data:`MAX_ESTIMATE_PCT`, with the step
+    without it (evidence ``step_ms_without``) what the cap leaves and the summary saying
+    so; ``f`` itself under the cap."""
+    if f.impact_pct <= MAX_ESTIMATE_PCT:
+        return f
+    now = float(f.evidence.get("step_ms_now", 0.0) or 0.0)
+    left = round(now * (1.0 - MAX_ESTIMATE_PCT / 100.0), 1)
+    summary = f.summary.rsplit("; without it the step time would drop by about", 1)[0] + (
+        f"; its extra time is about as long as the step itself, so without it the step time "
+        f"would drop by most of it (counted as {MAX_ESTIMATE_PCT:.0f}%, an upper bound: the "
+        "peers' own work and the communication stay)"
+    )
+    ev = {
+        **f.evidence,
+        "step_ms_without": left,
+        "uncapped_impact_pct": f.impact_pct,
+        "uncapped_step_ms_without": f.evidence.get("step_ms_without"),
+    }
+    return dataclasses.replace(f, impact_pct=MAX_ESTIMATE_PCT, summary=summary, evidence=ev)
 
 
 MIN_MEASURED_PCT = 2.0
