@@ -23,7 +23,7 @@ Run: flock /tmp/ranksight-cpu.lock python bench/import.py [--ranks 8] [--mb 200]
 With ``--fr``: the fixed cost of answering on Flight Recorder dumps, against PyTorch's
 own analyzer, ``python -m torch.distributed.flight_recorder.fr_trace DIR -p _dump_``
 (the module torch ships). The 16 real dumps of ``nvrx_fr_dumps/gpu_error_1st``
-(``../shared/realdata/MANIFEST.md``; copied byte for byte) and 256, 1,024 and 4,096
+(``tests/data/realdata/MANIFEST.md``; copied byte for byte) and 256, 1,024 and 4,096
 ranks made from them (:func:`replicate_dump`), each tool in a child process of its own,
 interleaved size by size and repeated: wall time and the child's peak RSS (``wait4``).
 NVIDIA's FR analyzer (nvidia-resiliency-ext ``attribution``) is not in the PyPI wheel
@@ -131,7 +131,7 @@ def measure(mode: str, paths: list[str], memory_mb: int) -> dict:
     return {**json.loads(out.stdout.strip().splitlines()[-1]), "s": s, "mb": mb}
 
 
-FR_SRC = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "realdata",
+FR_SRC = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "realdata",
                       "nvrx_fr_dumps", "gpu_error_1st")  # fmt: skip
 FR_BLOCK = 16
 """Ranks of the real dumps; a larger set is this many ranks a block."""
