@@ -3,6 +3,8 @@ estimate marked as one, and findings that together never exceed the measured exc
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 
@@ -71,3 +73,20 @@ def test_several_findings_together_are_capped_at_the_measured_excess():
     total = sum(f.impact_pct for f in found)
     assert total == pytest.approx(100 * 45 / 145, abs=0.5)
     assert "scaled by" in notes[-1]
+
+
+def test_an_estimate_that_would_leave_a_0_ms_step_is_capped_and_says_so():
+    ev = {"onset_step": 1, "step_ms_now": 500.0, "step_ms_without": 0.0}
+    f = dataclasses.replace(straggler(2, 1, 100.0), evidence=ev)
+    [g], _ = checked_impacts([f], steps_of([300] + [125] * 15), list(range(1, 16)))
+    assert g.impact_pct == 90.0 and g.evidence["uncapped_impact_pct"] == 100.0
+    assert g.evidence["step_ms_without"] == 50.0 and "100%" not in g.summary
+    assert "counted as 90%, an upper bound" in g.summary
+
+
+def test_a_finding_on_a_group_is_titled_by_its_group_never_rank_minus_1():
+    group = {"axis": "tp", "members": [2, 3], "group_id": "g1"}
+    f = Finding(kind="slow_communication", cause="communication", culprit_rank=-1, host="",
+                dp=-1, tp=-1, pp=-1, confidence=0.8, impact_pct=10.0, summary="slow link",
+                evidence={"slow_groups": [group, {**group, "members": [6, 7]}]})  # fmt: skip
+    assert f.who() == "tp group of ranks 2,3 and 1 more"
