@@ -15,6 +15,8 @@ import multiprocessing as mp
 import os
 import pickle
 import socket
+import time
+import types
 
 import pytest
 import torch
@@ -135,6 +137,27 @@ def test_an_unknown_group_and_a_broken_dump_are_counted_never_raised():
     assert reader.read() == 1 and reader.errors == 1
     reader.dump = lambda: b"not a pickle"
     assert reader.read() == 0 and reader.errors == 2 and "UnpicklingError" in reader.last_error
+
+
+def test_reads_are_spaced_by_their_cost_but_never_past_half_the_ring(monkeypatch):
+    from ranksight.trainer_hooks import fr_ring
+
+    ticks = iter(range(0, 10**12, 5_000_000))  # each clock reading 5 ms later
+    clock = types.SimpleNamespace(perf_counter_ns=lambda: next(ticks), time_ns=time.time_ns)
+    monkeypatch.setattr(fr_ring, "time", clock)
+    ring = _Ring(size=8)
+    reader, out, _ = _reader(ring)
+    reader._size = 8
+    ring.add("nccl:all_reduce", seq=1)
+    assert reader.maybe_read(100.0) == 1
+    assert reader._due == pytest.approx(100.0 + fr_ring.DUTY * 0.015)  # a read of 15 ms
+    assert reader.maybe_read(100.1) == 0  # not due yet
+    for seq in range(2, 6):
+        ring.add("nccl:all_reduce", seq=seq)
+    monkeypatch.setattr(fr_ring, "DUTY", 1000)  # 15 s after a read of 15 ms: the ring binds
+    assert reader.maybe_read(100.6) == 4  # 4 entries in 0.6 s: the ring fills in 1.2 s
+    assert reader._due == pytest.approx(100.6 + 0.5 * 8 / (4 / 0.6))
+    assert reader.lost == 0
 
 
 def test_timeline_gives_the_step_and_phase_an_entry_was_issued_in():

@@ -53,12 +53,15 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from .collective_log import CollectiveLog
 from .groups import GroupInfo
+
+if TYPE_CHECKING:
+    from torch.distributed.distributed_c10d import GroupName  # a NewType of str
 
 _C = torch._C._distributed_c10d
 NCCL_DUMP = "_dump_nccl_trace"
@@ -85,6 +88,22 @@ _DTYPES: dict[str, tuple[str, int]] = {
 }  # fmt: skip
 """c10 ScalarType names (``c10::toString``) -> (torch dtype name, bytes per element)."""
 _PEER = re.compile(r"(-?\d+)\s*(->|<-)\s*(-?\d+)")
+DUTY = 20
+"""A read waits this many times the last read's cost (a read is at most 1/DUTY of the
+writer thread's time)."""
+
+
+def ring_entries() -> int:
+    """The ring's size: ``TORCH_FR_BUFFER_SIZE``, else ``TORCH_NCCL_TRACE_BUFFER_SIZE``,
+    else 2000 (torch's default). 0 where the setting is not a number."""
+    import os
+
+    raw = os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get(
+        "TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")  # fmt: skip
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        return 0
 
 
 def nccl_dump() -> bytes:
@@ -192,11 +211,16 @@ class FrRing:
         self._closers: dict[tuple[Any, bool, Any], dict[str, Any]] = {}
         """(group name, P2P, sequence number) -> the ``nccl:coalesced`` entry closing it."""
         self._pg_names: dict[str, GroupInfo | None] = {}
+        self._due = 0.0
+        self._last_at = 0.0
+        self._size = ring_entries()
+        """Entries the ring keeps (torch's setting)."""
         self._lock = threading.Lock()
         """One read at a time (the writer thread's tick, a close from a signal's thread)."""
         doc = self._doc()  # entries before attach are not this run's to record
         entries = list(doc.get("entries") or [])
         self._next_id = max((e.get("record_id", -1) for e in entries), default=-1) + 1
+        self._size = max(self._size, len(entries))
         self._base: dict[int, int] = {}
         """pg_id -> its collectives enqueued before attach (``pg_status``)."""
         for pg_id, status in (doc.get("pg_status") or {}).items():
@@ -212,6 +236,27 @@ class FrRing:
 
     def _entries(self) -> list[dict[str, Any]]:
         return list(self._doc().get("entries") or [])
+
+    def maybe_read(self, now: float | None = None) -> int:
+        """:meth:`read` when due (the writer thread's tick calls this): a dump copies the
+        whole ring, so its cost grows with the ring's size, not with the collectives; the
+        next read waits ``DUTY`` times the last one's cost (at most 1/DUTY of a core),
+        but no longer than half the time the ring takes to fill at the rate of new
+        entries seen, so it does not wrap. Returns the records emitted."""
+        now = time.monotonic() if now is None else now
+        if now < self._due:
+            return 0
+        ids0, t0 = self._next_id, time.perf_counter_ns()
+        n = self.read()
+        cost_s = (time.perf_counter_ns() - t0) / 1e9
+        since = max(now - self._last_at, 1e-3) if self._last_at else 0.0
+        self._last_at = now
+        wait = DUTY * cost_s
+        if since and self._size:
+            rate = max(self._next_id - ids0, 1) / since  # entries a second
+            wait = min(wait, 0.5 * self._size / rate)
+        self._due = now + wait
+        return n
 
     def read(self) -> int:
         """Dump the ring and emit the entries that completed since the last read; returns
@@ -407,7 +452,7 @@ def native_groups() -> Callable[[Any], bool]:
                 name = pg.group_name
             hit = cache.get(name)
             if hit is None:
-                pg = c10d._resolve_process_group(name)
+                pg = c10d._resolve_process_group(cast("GroupName", name))
                 hit = cache[name] = "nccl" in str(c10d.get_backend(pg)).lower()
             return hit
         except Exception:  # noqa: BLE001 - recorded by the wrapper then

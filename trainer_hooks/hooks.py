@@ -374,7 +374,7 @@ class Hooks:
             identity.settle(only_if_due=True)
         ring = getattr(self, "_ring", None)
         if ring is not None:
-            ring.read()
+            ring.maybe_read()
         return log.progress_records(self._step) if log is not None else []
 
     def _context(self) -> tuple[int, str]:
