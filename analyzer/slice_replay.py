@@ -17,7 +17,9 @@ pipeline, so the replay takes only the culprit's *pipeline slice* (the ranks wit
   with ``PEER_SELF``.
 - "balanced": every forward/backward/optimizer phase of the slice takes the mean over the
   slice's stages for the same (step, phase, microbatch): the same work split evenly over
-  the stages (for ``pipeline_imbalance``).
+  the stages (for ``pipeline_imbalance``). That replay holds every pipeline, all
+  data-parallel replicas (:func:`replay_ranks`, up to :data:`MAX_RANKS`), so a replica
+  that arrives later at the data-parallel all-reduce is replayed, not assumed away.
 
 The impact is ``100 * (1 - sum(without) / sum(now))`` over the window (Lin et al., OSDI
 2025, section 4). Queries are bounded by the slice's ranks and groups and the window's
