@@ -275,7 +275,11 @@ def run_case(folder: str, framework: Framework, fault: Fault) -> Outcome:
             victim = rank_process(framework.marker, 1)
             job.detect(lambda _: steps_stored(job) >= 4 * fault.after_steps, 240, 1.0)
             out.landed = job.proc.poll() is None and victim.is_running()
-            out.detected_s, out.live = _inject(job, fault, victim.pid)
+            if out.landed:
+                try:
+                    out.detected_s, out.live = _inject(job, fault, victim.pid)
+                except ProcessLookupError:  # it ended between the look and the signal
+                    out.landed = False
         out.exit_code = job.wait()
     finally:
         if job.proc.poll() is None:
