@@ -32,7 +32,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -421,9 +421,9 @@ class Agent:
                 if not self._schema_ready:  # the store may have been down at start
                     self.store.init_schema()
                     self._schema_ready = True
-            if batch is None:
+            if isinstance(via, ShipperProcess):
                 done = via.deliver(seq, verify, self.config.settle_s)
-            else:
+            elif batch is not None:  # loaded above for a store
                 done = deliver(via, batch, verify=verify, settle_s=self.config.settle_s)
         except BatchUnreadable as exc:
             log.error("buffered batch %d is unreadable, dropped: %s", seq, exc)
@@ -483,8 +483,8 @@ class Agent:
                 ShipperProcess(self._ship_spec, folder, self.config.shipper_idle_s)
                 for _ in range(self.config.shippers)
             ]
-            stores = []
-            vias = self.shipper_processes
+            stores: list[Store] = []
+            vias: Sequence[Store | ShipperProcess] = self.shipper_processes
         else:
             stores = [self.store] + [self.store.copy() for _ in range(self.config.shippers - 1)]
             vias = stores

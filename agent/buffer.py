@@ -30,6 +30,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -192,7 +193,7 @@ class DiskBuffer:
                     table, str(tmp / f"{name}.parquet"), compression=compression,
                     use_dictionary=False,
                 )  # fmt: skip
-        manifest = {
+        manifest: dict[str, Any] = {
             "seq": seq,
             "uid": secrets.randbits(63) or 1,
             "created_ns": now_ns,

@@ -15,7 +15,6 @@ hold) takes its identity (run_id, attempt, rank) from its path.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -204,9 +203,9 @@ def _group_table(parts: list[tuple[sf.Frame, list]], label: str, out: Parsed) ->
     are rejected (None if none is left)."""
     try:
         return _concat_columns(parts)
-    except (ValueError, pa.ArrowInvalid, UnicodeDecodeError):
+    except (ValueError, pa.ArrowInvalid, UnicodeDecodeError) as e:
         if len(parts) == 1:
-            _reject_frame(parts[0][0], label, sys.exc_info()[1], out)
+            _reject_frame(parts[0][0], label, e, out)
             return None
     good = []
     for part in parts:
@@ -238,7 +237,9 @@ def _concat_columns(parts: list[tuple[sf.Frame, list]]) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def _concat_strings(blocks: list[tuple[np.ndarray, memoryview]]) -> tuple[np.ndarray, bytes]:
+def _concat_strings(
+    blocks: list[tuple[np.ndarray, memoryview]],
+) -> tuple[np.ndarray, bytes | memoryview]:
     """One string column's (offsets, bytes) from several frames' (offsets, bytes): int32
     offsets while the bytes fit them, else int64."""
     if len(blocks) == 1:

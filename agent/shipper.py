@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import IO
 
 from ranksight.store import StoreError
 
@@ -64,7 +65,7 @@ class ShipperProcess:
 
     def __init__(self, spec: dict, folder: str, idle_s: float = 30.0) -> None:
         self.spec, self.folder, self.idle_s = spec, str(folder), idle_s
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0
         """Processes started so far (restarts after a death included)."""
         self.ready = False
@@ -92,7 +93,7 @@ class ShipperProcess:
         self._last_used = time.monotonic()
         try:
             self._send({"store": self.spec, "folder": self.folder})
-            line = self.proc.stdout.readline()
+            line = self._pipes()[1].readline()
         except OSError:
             line = b""
         if not line:
@@ -100,9 +101,18 @@ class ShipperProcess:
             raise StoreError(f"shipper process exited at start (exit status {code})")
         self.ready = True
 
+    def _pipes(self) -> tuple[IO[bytes], IO[bytes]]:
+        """The child's stdin and stdout. Raises OSError when no child runs (a dead child,
+        to the callers)."""
+        proc = self.proc
+        if proc is None or proc.stdin is None or proc.stdout is None:
+            raise OSError("no shipper process runs")
+        return proc.stdin, proc.stdout
+
     def _send(self, message: dict) -> None:
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
-        self.proc.stdin.flush()
+        stdin = self._pipes()[0]
+        stdin.write((json.dumps(message) + "\n").encode())
+        stdin.flush()
 
     def deliver(self, seq: int, verify: bool, settle_s: float) -> Delivered:
         """Have the child deliver batch ``seq`` (``verify``: check each piece against the
@@ -113,7 +123,7 @@ class ShipperProcess:
         self._last_used = time.monotonic()
         try:
             self._send({"seq": seq, "verify": verify, "settle_s": settle_s})
-            line = self.proc.stdout.readline()
+            line = self._pipes()[1].readline()
         except (BrokenPipeError, OSError):
             line = b""
         if not line:
@@ -141,7 +151,8 @@ class ShipperProcess:
         if self.proc is None:
             return
         try:
-            self.proc.stdin.close()
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
         except OSError:
             pass
         try:
@@ -160,7 +171,8 @@ class ShipperProcess:
         code = proc.wait()
         for pipe in (proc.stdin, proc.stdout):
             try:
-                pipe.close()
+                if pipe is not None:
+                    pipe.close()
             except OSError:
                 pass
         return code

@@ -33,6 +33,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -98,8 +99,8 @@ class SpoolTailer:
     spool_dir: str
     key: str = ""
     """The destination these offsets are for (the store URL, any spelling)."""
-    state_dir: str | None = None
-    """Where ``offsets.json`` lives; default :func:`state_dir_for`."""
+    state_dir: str = ""
+    """Where ``offsets.json`` lives; default (empty or None) :func:`state_dir_for`."""
     fsync: bool = False
     """fsync the offsets file on commit."""
     files: dict[str, FileState] = field(default_factory=dict)
@@ -168,7 +169,9 @@ class SpoolTailer:
             n_lines, n_bytes = self._read_guarded(path, st, lines_left, max_bytes, out)
             lines_left, max_bytes = lines_left - n_lines, max_bytes - n_bytes
             self.lines_read += n_lines
-        out.quarantined = [self.quarantine.keep(p) for p in out.quarantined]
+        quarantine = self.quarantine
+        assert quarantine is not None  # set by __post_init__
+        out.quarantined = [quarantine.keep(p) for p in out.quarantined]
         return out
 
     def _read_guarded(
@@ -324,7 +327,7 @@ def _skip_line(path: str, offset: int) -> int:
 
 def _state_json(st: FileState) -> dict:
     """A file's state as stored in ``offsets.json`` and batch manifests."""
-    out = {"offset": st.offset, "base": st.base}
+    out: dict[str, Any] = {"offset": st.offset, "base": st.base}
     if st.sealed:
         out["sealed"] = st.sealed
     return out

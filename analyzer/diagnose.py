@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -186,9 +187,9 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
         report = find_hang(data.progress, int(data.steps["end_ns"].max()))
         if report is not None:
             names = group_names(data.groups, coords)
-            stopped = stopped_now(data.crash_stacks)
+            stopped_ranks = stopped_now(data.crash_stacks)
             findings = _with_hang(
-                findings, hang_finding(report, coords, names, stopped, data.stacks)
+                findings, hang_finding(report, coords, names, stopped_ranks, data.stacks)
             )
     if crashed is None and not imported and not any(f.kind == "hang" for f in findings):
         window = data.steps[data.steps["step"].isin(analyzed.index)]
@@ -274,9 +275,7 @@ def _crash(data: RunData) -> CrashReport | None:
         )
     if not data.ends.empty:  # a rank known only from its end (no step, no snapshot)
         seen = seen.combine_first(data.ends.groupby("rank")["ts_ns"].min())
-    last_step = (
-        data.steps.groupby("rank")["step"].max() if not data.steps.empty else pd.Series()
-    )
+    last_step = data.steps.groupby("rank")["step"].max() if not data.steps.empty else pd.Series()
     if not data.progress.empty and "at_step" in data.progress.columns:  # the step it was in
         last_step = (
             pd.concat([last_step, data.progress.groupby("rank")["at_step"].max()])
@@ -395,7 +394,8 @@ def _finding(
     impact, now_ms, without_ms = _impact(s.excess_ns, st)
     caused = waits.caused_by(s.rank, since_step=s.onset_step)
     slow_fraction = s.slow_steps / max(s.steps_from_onset, 1)
-    cause, cause_evidence = s.cause, {}
+    cause = s.cause
+    cause_evidence: dict[str, Any] = {}
     if s.cause == "compute":
         excess_ms = float(s.excess_ns.mean()) / _MS
         since = data.steps[data.steps["step"] >= s.onset_step]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -315,7 +316,7 @@ def _gpu_info(by: pd.DataFrame, uuid: str) -> dict:
     }
 
 
-def _round(x: object, digits: int = 1) -> float | None:
+def _round(x: Any, digits: int = 1) -> float | None:
     try:
         v = float(x)
     except (TypeError, ValueError):

@@ -107,7 +107,7 @@ class Collector(abc.ABC):
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         if "collect" in cls.__dict__:
-            cls.collect = _fitting(cls.collect)
+            cls.collect = _fitting(cls.collect)  # type: ignore[method-assign]  # wraps each subclass's own
 
     def open(self) -> None:  # noqa: B027 - optional
         """Prepare to read; raise :class:`Unavailable` if the signal is not on this node."""

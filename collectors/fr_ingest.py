@@ -154,7 +154,7 @@ class FrCollector(Collector):
 
     def files(self) -> list[str]:
         """Files matching the prefixes now, and those in the runs' private dump folders."""
-        found = set()
+        found: set[str] = set()
         patterns = [glob.escape(p) + "*" for p in self.prefixes]
         if self.ctx.spool_dir:
             spool = glob.escape(self.ctx.spool_dir)

@@ -69,9 +69,10 @@ def load_nvml(nvml: Any = None) -> Any:
     Raises :class:`Unavailable` naming why NVML cannot be used here."""
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml
         except ImportError:
             raise Unavailable("pynvml (nvidia-ml-py) is not installed") from None
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:

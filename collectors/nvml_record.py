@@ -73,8 +73,8 @@ def record(out: str, snapshots: int, every_s: float, spool_dir: str = "") -> dic
     the local ranks' spool, so ``gpu_procs`` rows name their ranks)."""
     import pynvml
 
-    now = datetime.datetime.now(datetime.timezone.utc)
-    meta = {"host": socket.gethostname(), "recorded": now.isoformat()}
+    started = datetime.datetime.now(datetime.timezone.utc)
+    meta: dict[str, Any] = {"host": socket.gethostname(), "recorded": started.isoformat()}
     rec = RecordingNvml(pynvml, meta=meta)
     ctx = NodeContext(host=meta["host"], spool_dir=spool_dir)
     collector = NvmlCollector(ctx, NvmlConfig(procs_every=1), nvml=rec)
@@ -88,8 +88,8 @@ def record(out: str, snapshots: int, every_s: float, spool_dir: str = "") -> dic
         if k:
             time.sleep(every_s)
             rec.snapshot()
-        now = time.time_ns()
-        rec.data["rows"].append({"now_ns": now, "rows": collector.collect(now)})
+        now_ns = time.time_ns()
+        rec.data["rows"].append({"now_ns": now_ns, "rows": collector.collect(now_ns)})
     collector.close()
     rec.save(out)
     return meta

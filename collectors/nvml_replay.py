@@ -265,7 +265,7 @@ class ReplayNvml:
         index = args[0].index if device else None
         rest = args[1:] if device else args
         if name == "nvmlDeviceGetFieldValues":
-            return [self._field(index, f) for f in rest[0]]
+            return [self._field(args[0].index, f) for f in rest[0]]
         key = call_key(name, rest)
         self.calls.append(key)
         answer = self._answer(index, key)

@@ -206,7 +206,7 @@ def _torch_at_least(major: int, minor: int) -> bool:
         found = re.match(r"(\d+)\.(\d+)", version("torch"))
     except PackageNotFoundError:
         return True
-    return bool(found) and (int(found.group(1)), int(found.group(2))) >= (major, minor)
+    return found is not None and (int(found.group(1)), int(found.group(2))) >= (major, minor)
 
 
 def latest_attempt(spool: str, run_id: str) -> int:

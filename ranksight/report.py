@@ -161,8 +161,8 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
         waits = Table(title=_waits_title(f))
         waits.add_column("by")
         waits.add_column("ms", justify="right")
-        for row in _wait_rows(f):
-            waits.add_row(*map(escape, row))
+        for wait_row in _wait_rows(f):
+            waits.add_row(*map(escape, wait_row))
         console.print(waits)
         say(f"victims (waited directly): {_victims(f)}")
         say(
@@ -269,7 +269,11 @@ def _evidence_lines(f: Finding) -> list[tuple[str, str]]:
         elif key == "alternatives" and isinstance(value, list):
             text = "; ".join(str(v) for v in value)
         else:
-            text = value if isinstance(value, (int, float, str)) else json.dumps(value, default=str)
+            text = (
+                str(value)
+                if isinstance(value, (int, float, str))
+                else json.dumps(value, default=str)
+            )
         out.append((key, str(text)))
     return out
 

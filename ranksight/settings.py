@@ -195,7 +195,7 @@ def resolve(
         if raw:
             value, source = _coerce(raw, setting, f"${setting.env}"), f"${setting.env}"
         if key in from_file:
-            value, source = from_file[key], file
+            value, source = from_file[key], str(file)
         flag = (flags or {}).get(key)
         if flag is not None:
             value, source = _coerce(flag, setting, f"flag for {key}"), "flag"
@@ -209,7 +209,8 @@ def show(path: str | None = None, flags: dict[str, Any] | None = None) -> str:
     ConfigError."""
     from ranksight.store.url import redact
 
-    lines, section = [], None
+    lines: list[str] = []
+    section: str | None = None
     for key, (value, source) in resolve(path, flags).items():
         head, name = key.split(".", 1)
         if head != section:

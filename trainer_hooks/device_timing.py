@@ -55,8 +55,8 @@ class DeviceClock:
 
     def renew(self) -> None:
         """Record a new anchor (the tightest of ``tries``). Blocks the calling thread on
-        the side stream only."""
-        best = None
+        the side stream only. Raises ValueError if ``tries`` < 1."""
+        best: tuple[Any, int, int] | None = None
         for _ in range(self.tries):
             ev = self.cuda.Event(enable_timing=True)
             t0 = time.time_ns()
@@ -65,6 +65,8 @@ class DeviceClock:
             t1 = time.time_ns()
             if best is None or t1 - t0 < best[2] - best[1]:
                 best = (ev, t0, t1)
+        if best is None:
+            raise ValueError(f"tries must be >= 1, got {self.tries}")
         self.anchor, self.anchor_ns, self.uncertainty_ns = best[0], best[1], best[2] - best[1]
 
     def to_ns(self, event: Any) -> int:

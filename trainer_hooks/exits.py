@@ -188,10 +188,11 @@ class ExitRecorder:
         os.close(w)  # the watcher's read returns 0 bytes and it stops
 
     def _install_faulthandler(self) -> None:
-        if self._crash_file is None or faulthandler.is_enabled():
+        crash_file = self._crash_file
+        if crash_file is None or faulthandler.is_enabled():
             return
         try:
-            f = open(self._crash_file, "w")  # noqa: SIM115 - kept open for a fatal signal
+            f = open(crash_file, "w")  # noqa: SIM115 - kept open for a fatal signal
             faulthandler.enable(file=f, all_threads=True)
         except (OSError, ValueError, RuntimeError):
             return
@@ -203,8 +204,8 @@ class ExitRecorder:
             faulthandler.disable()
             f.close()
             try:  # nothing was written: no crash, no file
-                if os.path.getsize(self._crash_file) == 0:
-                    os.unlink(self._crash_file)
+                if os.path.getsize(crash_file) == 0:
+                    os.unlink(crash_file)
             except OSError:
                 pass
 

@@ -14,7 +14,7 @@ included). Source: torch/csrc/distributed/c10d/FlightRecorderDetail.hpp
 (``recordWithResetEnabled``, ``dump_entries``, ``getCollectiveTrace``), torch 2.11-2.13.
 
 :class:`FrRing` dumps the ring (``_dump_nccl_trace(includeStackTraces=False)``) from the
-hooks' writer thread, takes the entries it has not seen (``record_id`` above the last one
+thread of its own, takes the entries it has not seen (``record_id`` above the last one
 read) and turns each into the ``collectives`` record the Python wrappers write
 (:mod:`.collective_log`), once torch shows it completed. The training thread pays nothing
 per collective; the reader pays one dump per tick, a copy of the whole ring under torch's
@@ -215,6 +215,8 @@ class FrRing:
         self._last_at = 0.0
         self._size = ring_entries()
         """Entries the ring keeps (torch's setting)."""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         """One read at a time (the writer thread's tick, a close from a signal's thread)."""
         doc = self._doc()  # entries before attach are not this run's to record
@@ -257,6 +259,17 @@ class FrRing:
             wait = min(wait, 0.5 * self._size / rate)
         self._due = now + wait
         return n
+
+    def start_thread(self) -> None:
+        """Read on a daemon thread of its own whenever :meth:`maybe_read` is due (the
+        writer thread's tick, every 2 s, is too slow for a 2,000-entry ring on a job
+        issuing thousands of collectives a second)."""
+        self._thread = threading.Thread(target=self._run, name="ranksight-fr", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(max(0.005, self._due - time.monotonic())):
+            self.maybe_read()
 
     def read(self) -> int:
         """Dump the ring and emit the entries that completed since the last read; returns

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -147,7 +147,7 @@ def _columns(records: list[dict[str, Any]]) -> bytes | None:
     return b"".join(parts)
 
 
-def _column(values: tuple) -> tuple[bytes, bytes, bytes] | None:
+def _column(values: Sequence[Any]) -> tuple[bytes, bytes, bytes] | None:
     """(kind, block a, block b) of one column, or None for mixed or unsupported types."""
     types = set(map(type, values))
     try:
@@ -165,7 +165,7 @@ def _column(values: tuple) -> tuple[bytes, bytes, bytes] | None:
     return None
 
 
-def _strings(values: tuple) -> tuple[bytes, bytes, bytes]:
+def _strings(values: Sequence[Any]) -> tuple[bytes, bytes, bytes]:
     """(kind, offsets, UTF-8 bytes) of a string column. ASCII columns (the usual case)
     take their offsets from the character counts: no per-value encode."""
     data = "".join(values).encode()
@@ -261,7 +261,8 @@ def decode_columns(
     if len(payload) < _COUNT.size:
         raise ValueError("payload too short")
     count, _ = _COUNT.unpack_from(payload, 0)
-    pos, out = _COUNT.size, []
+    pos = _COUNT.size
+    out: list[tuple[str, str, Any, Any]] = []
     for _ in range(count):
         if pos + _COL.size > len(payload):
             raise ValueError("column descriptor past the end")

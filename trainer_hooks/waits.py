@@ -37,7 +37,7 @@ def patch_work_wait(log: CollectiveLog) -> Callable[[], None]:
             except Exception as e:  # noqa: BLE001
                 log.note_error(e)
 
-    _C.Work.wait = wait
+    _C.Work.wait = wait  # type: ignore[assignment]  # a Python wrapper for torch's C method
 
     def undo() -> None:
         _C.Work.wait = original

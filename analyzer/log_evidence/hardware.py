@@ -8,6 +8,7 @@ pipe" names the *other* end, which most often went away first (a crash on that h
 
 from __future__ import annotations
 
+from ..findings import Finding
 from .evidence import Evidence, finding, ranks_text
 
 GPU_CONFIDENCE = {"xid": 0.8, "ecc": 0.8, "nvml": 0.8, "aer": 0.7, "cuda": 0.4}
@@ -43,7 +44,7 @@ NCCL_ERRORS = {
 
 def _gpu(ev: Evidence, coords) -> list:
     g = ev.of("gpu_error")
-    out = []
+    out: list[Finding] = []
     if g.empty:
         return out
     keys = g.assign(cat=g["detail"].map(lambda d: d.get("category", "")),
@@ -79,7 +80,7 @@ def _gpu(ev: Evidence, coords) -> list:
 
 def _network(ev: Evidence, coords) -> list:
     w = ev.of("nccl_warn", "peer_gone")
-    out = []
+    out: list[Finding] = []
     if w.empty:
         return out
     cats = w.assign(cat=[d.get("category", "other") if k == "nccl_warn" else "remote_closed"
