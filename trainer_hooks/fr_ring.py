@@ -430,6 +430,7 @@ class FrRing:
     def close(self) -> int:
         """A last read, then every entry still in flight as a record with ``end_ns`` 0
         (as :meth:`CollectiveLog.flush` does); returns how many were in flight."""
+        self._stop.set()
         self.read()
         with self._lock:
             left = list(self._open.values())

@@ -335,6 +335,7 @@ class Hooks:
         if choose(config.level, config.fr_ring, backend):
             self._ring = FrRing(self._log, self._put, context=self._context)
             self._log.native = native_groups()
+            self._ring.start_thread()
         self._undo += [
             patch_work_wait(self._log),
             patch_async_waits(self._log),
