@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up and run the whole test suite: installs ranksight with its test dependencies
 # (CPU torch 2.13.0), Debian's clickhouse-server (the tests start their own private
-# server from it on loopback ports), a lint pass, then pytest. Exits non-zero on any failure.
+# server from it on loopback ports), a lint pass, a type check (mypy), then pytest.
+# Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,4 +32,5 @@ python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q -e '.[test]'
 
 python3 -m ruff check .
+python3 tools/typecheck.py  # mypy on the package by import path; non-zero on any error
 python3 -m pytest -q -ra "$@"
