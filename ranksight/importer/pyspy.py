@@ -35,7 +35,8 @@ FRAME_NOLINE = re.compile(r"^\s+(?P<name>\S.*?) \((?P<file>[^()]*?)\)\s*$")
 def parse_text(text: str) -> tuple[int, list[dict]]:
     """(pid, threads in py-spy's JSON shape) of a text dump. Raises ValueError if no
     ``Thread`` line is found."""
-    pid, threads = 0, []
+    pid = 0
+    threads: list[dict] = []
     for line in text.splitlines():
         if m := PROCESS.match(line):
             pid = int(m.group("pid"))

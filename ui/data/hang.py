@@ -176,7 +176,9 @@ def _per_group(got: pd.DataFrame) -> pd.DataFrame:
     return got.sort_values(["group_id", "rank"]).reset_index(drop=True)
 
 
-def group_summary(progress: pd.DataFrame, suspect_ranks: list[int] = ()) -> pd.DataFrame:
+def group_summary(
+    progress: pd.DataFrame, suspect_ranks: tuple[int, ...] | list[int] = ()
+) -> pd.DataFrame:
     """One row per group: group_id, size, seen (members with records), furthest
     (highest sequence entered), lagging (ranks behind it, "3,7"), stuck (ranks inside an
     op that never completed), last_op. Groups where a suspect lags come first, then

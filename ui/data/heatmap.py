@@ -191,7 +191,8 @@ def _assemble(metric, cells, ranks, rb, sb, s_lo, s_hi, culprits) -> Heatmap:
 def row_groups(ranks: pd.DataFrame, rb: int, n_rows: int) -> tuple[list[str], list[list[int]]]:
     """Each row's label (as :func:`bin_label`) and ranks, for ranks sorted by ``pos``
     and ``rb`` positions per row (numpy over the ranks: 16,384 ranks in milliseconds)."""
-    labels, members = ["(no ranks)"] * n_rows, [[] for _ in range(n_rows)]
+    labels = ["(no ranks)"] * n_rows
+    members: list[list[int]] = [[] for _ in range(n_rows)]
     if ranks.empty:
         return labels, members
     row = ranks["pos"].to_numpy(np.int64) // rb

@@ -62,7 +62,8 @@ class FlightRecorder(Format):
             rows.tables.pop("progress", None)
             st.partial[dump.rank] = cut
         for table in ("progress", "collectives"):  # members unknown: held for fill_members
-            keep, held = [], self.unknown.tables.setdefault(table, [])
+            keep: list[dict] = []
+            held = self.unknown.tables.setdefault(table, [])
             for r in rows.tables.get(table, []):
                 (held if r.get("group_ranks") == "" else keep).append(r)
             rows.tables[table] = keep

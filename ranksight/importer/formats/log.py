@@ -59,7 +59,7 @@ class TextLog(Format):
             st.silent_logs.extend(events)
             return "skipped: text with no watchdog, NCCL, torchrun, GPU or py-spy lines", one
         st.log_events.extend(events)
-        kinds = Counter()
+        kinds: Counter[str] = Counter()
         for e in events:
             if e.kind in WORDS:
                 kinds[e.kind] += e.count

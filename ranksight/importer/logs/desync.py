@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ..rows import norm_op
 from .events import Event
@@ -52,7 +53,7 @@ def _ranks(text: str) -> list[int]:
 def parse(line: LogLine) -> list[Event]:
     """``desync_report`` and ``mismatch`` events of one logical line."""
     text, out = line.text, []
-    base = dict(host=line.host, line=line.number, text=text)
+    base: dict[str, Any] = dict(host=line.host, line=line.number, text=text)
     for pattern, verdict in ((_LAGGING, "lagging"), (_NEVER, "never_joined")):
         for m in pattern.finditer(text):
             for r in _ranks(m.group("ranks")):

@@ -24,6 +24,7 @@ XIDs are read with NVIDIA's XID catalog in mind (docs.nvidia.com/deploy/xid-erro
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from .events import Event
 from .lines import LogLine
@@ -61,7 +62,7 @@ def parse(line: LogLine) -> list[Event]:
     t = line.text
     host = line.host or ((m.group("host")) if (m := _SYSLOG.search(t)) else "")
     grank = int(m.group(1)) if (m := re.search(r"\[Rank (\d+)\]", t)) else -1
-    base = dict(
+    base: dict[str, Any] = dict(
         rank=line.rank,
         local_rank=line.local_rank,
         group_rank=grank,

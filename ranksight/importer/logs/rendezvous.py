@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ..rows import norm_op
 from .events import Event
@@ -42,7 +43,7 @@ MARKERS = ("waiting for clients", "waiting for workers", "client socket", "Timed
 def parse(line: LogLine) -> list[Event]:
     """The events of one line (see the module doc)."""
     t = line.text
-    base = dict(rank=line.rank, local_rank=line.local_rank, host=line.host, line=line.number,
+    base: dict[str, Any] = dict(rank=line.rank, local_rank=line.local_rank, host=line.host, line=line.number,
                 text=t)  # fmt: skip
     if m := _STORE_WAIT.search(t):
         return [Event("init_failure", **base, code=int(m.group("n")),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import signal
+from typing import Any
 
 from .events import Event
 from .lines import LogLine
@@ -46,7 +47,9 @@ def _number(name: str) -> int:
 def parse(line: LogLine) -> list[Event]:
     """The ``fatal_signal`` event of one line, if it reports one."""
     t = line.text
-    base = dict(rank=line.rank, local_rank=line.local_rank, line=line.number, text=t)
+    base: dict[str, Any] = dict(
+        rank=line.rank, local_rank=line.local_rank, line=line.number, text=t
+    )
     if m := _UCX.search(t):
         return [Event("fatal_signal", **base, host=m.group("host"), pid=int(m.group("pid")),
                       code=int(m.group("n")), op=m.group("name").strip())]  # fmt: skip

@@ -30,6 +30,7 @@ The same timeout told again (``terminated with exception: ...``, the blocking-wa
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ..rows import norm_op
 from .events import Event
@@ -81,7 +82,7 @@ def parse(line: LogLine) -> list[Event]:
     """The ``timeout`` / ``status`` events of one logical line (none if it is neither)."""
     text = line.text
     pg, name, grank = _group(text)
-    base = dict(rank=_global(line, pg, name, grank), local_rank=line.local_rank,
+    base: dict[str, Any] = dict(rank=_global(line, pg, name, grank), local_rank=line.local_rank,
                 group_rank=grank, host=line.host, line=line.number, pg=pg, pg_name=name,
                 text=text)  # fmt: skip
     out = []
