@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .findings import Finding
+from .findings import Finding, coords_at
 
 ENDS = """
 SELECT rank, source, reason, code, detail, last_step, ts_ns
@@ -200,7 +200,7 @@ def crash_finding(
     (entered, completed), how the others ended, its crash stack if one was written.
     Impact 100%: the job stopped."""
     e = report.culprit
-    c = coords.loc[e.rank] if e.rank in coords.index else {"dp": -1, "tp": -1, "pp": -1, "host": ""}
+    c = coords_at(coords, e.rank)
     cause, words = _how(e)
     inflight = []
     if not progress.empty:

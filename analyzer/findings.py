@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ranksight.words import span
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 KINDS = ("straggler", "slow_communication", "hang", "crash", "desync", "nan", "pipeline_imbalance",
          "hardware", "network", "transient_straggler")  # fmt: skip
@@ -19,6 +22,15 @@ CAUSES = ("compute", "data_loader", "optimizer", "communication", "unknown", "gc
 NOT_FAULTS = ("pipeline_imbalance",)
 """Finding kinds that name no failing rank: the job's own split of the work (its severity
 follows its measured cost, ``imbalance.SEVERITY``)."""
+
+NO_COORDS: dict[str, Any] = {"dp": -1, "tp": -1, "pp": -1, "host": ""}
+"""The coordinates of a rank the ``ranks`` table does not hold (-1 on each axis, no host)."""
+
+
+def coords_at(coords: pd.DataFrame, rank: int) -> dict[str, Any]:
+    """``rank``'s row of ``coords`` (indexed by rank; columns dp, tp, pp, host, ...) as a
+    dict, or a copy of :data:`NO_COORDS` when the table has no such rank."""
+    return coords.loc[rank].to_dict() if rank in coords.index else dict(NO_COORDS)
 
 
 @dataclass(frozen=True, slots=True)

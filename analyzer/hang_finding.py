@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from ranksight.words import counted, span
 
-from .findings import Finding
+from .findings import Finding, coords_at
 from .hang import HangReport, Stall
 
 STOP_WORDS = {"state T": "stopped (SIGSTOP, state T)", "state t": "stopped by a debugger (state t)"}
@@ -18,10 +20,6 @@ PEER_STACK_CHARS = 2000
 def stop_words(state: str) -> str:
     """``"stopped (SIGSTOP, state T)"`` for the agent's ``"state T: ..."``."""
     return next((w for k, w in STOP_WORDS.items() if state.startswith(k)), f"stopped ({state})")
-
-
-def _coords_of(coords: pd.DataFrame, rank: int):
-    return coords.loc[rank] if rank in coords.index else {"dp": -1, "tp": -1, "pp": -1, "host": ""}
 
 
 def _ops_waiting_on(report: HangReport, root: int, names: dict[str, str]) -> list[dict]:
@@ -69,7 +67,7 @@ def hang_finding(
     the blocked ranks' are the evidence of where they wait."""
     names, stopped = names or {}, stopped or {}
     root = report.roots[0] if report.roots else -1  # none: every rank is inside the stuck op
-    c = _coords_of(coords, root)
+    c = coords_at(coords, root)
     cause = (
         "stopped"
         if root in stopped
@@ -78,7 +76,9 @@ def hang_finding(
         else ("stuck" if root >= 0 else "all_blocked")
     )
     ops = _ops_waiting_on(report, root, names)
-    first = ops[0] if ops else {"op": "?", "seq": -1, "blocked_ranks": [], "group": ""}
+    first: dict[str, Any] = (
+        ops[0] if ops else {"op": "?", "seq": -1, "blocked_ranks": [], "group": ""}
+    )
     blocked = sorted(report.blocked)
     entered = (
         f"never entered {first['op']} #{first['seq']}"
@@ -171,10 +171,12 @@ def recovered_finding(
         how = f"its process was {stop_words(str(stops['stopped_state'].iloc[0]))}, then ran again"
     elif not own.empty and own.max() >= 0.5 * took:
         rank, cause = int(own.idxmax()), "stuck"
-        how = f"it spent {own.max() / 1e9:.0f} s of it outside any collective while the others waited"
+        how = (
+            f"it spent {own.max() / 1e9:.0f} s of it outside any collective while the others waited"
+        )
     else:
         rank, cause, how = -1, "all_blocked", "every rank waited in it"
-    c = _coords_of(coords, rank)
+    c = coords_at(coords, rank)
     who = f"rank {rank} (dp={c['dp']}, tp={c['tp']}, pp={c['pp']}, host {c['host']})"
     summary = (
         f"the job stood still for {took / 1e9:.0f} s in step {stall.step} (its median step "

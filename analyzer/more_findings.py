@@ -7,22 +7,17 @@ from collections.abc import Sequence
 import pandas as pd
 
 from .desync import first_desyncs
-from .findings import Finding
+from .findings import Finding, coords_at
 from .nan import nan_onsets
 from .slow_comm import SlowGroup, find_slow_groups, shared_ranks
 
 MIN_STEP_SHARE = 0.05
 """A slow group is reported only if its extra transfer costs at least this share of the
 median step time (5%): below that it is noise on a shared host, or not worth a finding."""
-_NO_COORDS = {"dp": -1, "tp": -1, "pp": -1, "host": ""}
-
-
-def _at(coords: pd.DataFrame, rank: int) -> dict:
-    return coords.loc[rank].to_dict() if rank in coords.index else dict(_NO_COORDS)
 
 
 def _finding(kind: str, cause: str, rank: int, coords: pd.DataFrame, **kw) -> Finding:
-    c = _at(coords, rank)
+    c = coords_at(coords, rank)
     return Finding(
         kind=kind,
         cause=cause,

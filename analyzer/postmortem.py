@@ -25,9 +25,8 @@ import pandas as pd
 
 from ranksight.words import counted
 
-from .findings import Finding
+from .findings import Finding, coords_at
 
-_NO_COORDS = {"dp": -1, "tp": -1, "pp": -1, "host": ""}
 STACK_CAUSES = (
     ("data_loader", ("torch/utils/data", "dataloader", "_next_data", "DataLoader")),
     ("checkpoint", ("checkpoint", "torch/serialization", "save_state_dict")),
@@ -136,7 +135,7 @@ def odd_stacks(stacks: pd.DataFrame) -> dict[int, dict]:
 def _finding(
     rank: int, coords: pd.DataFrame, cause: str, summary: str, evidence: dict, conf: float
 ) -> Finding:
-    c = coords.loc[rank].to_dict() if rank in coords.index else dict(_NO_COORDS)
+    c = coords_at(coords, rank)
     return Finding(kind="hang", cause=cause, culprit_rank=int(rank), host=str(c["host"]),
                    dp=int(c["dp"]), tp=int(c["tp"]), pp=int(c["pp"]), confidence=conf,
                    impact_pct=100.0, summary=summary, evidence=evidence)  # fmt: skip

@@ -108,7 +108,11 @@ def read_dump(path: str, rank: int | None = None, limit: int = DUMP_BYTES, why: 
 
 
 def parse(
-    data: bytes, source: str = "", rank: int | None = None, damage: str = "", limit: int = DUMP_BYTES
+    data: bytes,
+    source: str = "",
+    rank: int | None = None,
+    damage: str = "",
+    limit: int = DUMP_BYTES,
 ) -> FrDump:
     """A dump from its bytes (pickle if it starts with the pickle protocol byte, JSON if
     with ``{``; either may be gzip-compressed, inflated up to ``limit`` bytes); ``damage``:
@@ -150,8 +154,9 @@ def parse(
         problems.append(
             f"skipped {counted(dropped, 'entry', 'entries')} lacking {'/'.join(_REQUIRED)}"
         )
-    pg_config, pg_status = _groups(top.get("pg_config"), problems, "pg_config"), _groups(
-        top.get("pg_status"), problems, "pg_status"
+    pg_config, pg_status = (
+        _groups(top.get("pg_config"), problems, "pg_config"),
+        _groups(top.get("pg_status"), problems, "pg_status"),
     )
     comm = top.get("comm_lib_version", top.get("nccl_version", ""))
     return FrDump(source, fmt, version, _text(comm or ""), rank, tuple(entries), pg_config,
@@ -305,8 +310,11 @@ def normalize_entry(raw: dict) -> dict | None:
         "retired": int(bool(raw.get("retired"))),
         "thread_name": _text(raw.get("thread_name") or ""),
         "frames": json.dumps(
-            [[_text(f.get("name")), _text(f.get("filename")), _int(f.get("line"), -1)]
-             for f in (frames if isinstance(frames, list) else []) if isinstance(f, dict)]
+            [
+                [_text(f.get("name")), _text(f.get("filename")), _int(f.get("line"), -1)]
+                for f in (frames if isinstance(frames, list) else [])
+                if isinstance(f, dict)
+            ]
         ),  # fmt: skip
     }
 

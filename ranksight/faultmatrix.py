@@ -190,12 +190,13 @@ def expectation(
     uneven = layer_split is not None and len(set(layer_split)) > 1
     if uneven and faults:
         raise ValueError("the matrix scores a fault on an evenly split pipeline only")
-    if uneven:
+    if uneven and layer_split is not None:
         most = max(layer_split)
         heavy = [s for s, n in enumerate(layer_split) if n == most]
-        kind, cause = DESIGN_EXPECTED
         stage = heavy[0] if len(heavy) == 1 else None
-        return Expectation(kind, cause, frozenset({-1}), stage=stage, impact_method=impact_method)
+        return Expectation(
+            *DESIGN_EXPECTED, frozenset({-1}), stage=stage, impact_method=impact_method
+        )
     if not faults:
         return Expectation(kind=None, cause=None, culprits=frozenset())
     if len(faults) > 1:

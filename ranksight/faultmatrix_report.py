@@ -32,10 +32,11 @@ def _cells(r: Row) -> tuple[str, ...]:
 
 def machine() -> dict[str, str]:
     """Where the matrix ran: host, CPU count, OS, Python and torch versions."""
+    torch_version: str
     try:
         import torch
 
-        torch_version = torch.__version__
+        torch_version = str(torch.__version__)
     except ImportError:  # pragma: no cover
         torch_version = "?"
     return {

@@ -20,7 +20,9 @@ def span(ranks, limit: int = 16) -> str:
         j = i
         while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
             j += 1
-        runs.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}" if j > i + 1 else f"{rs[i]},{rs[j]}")
+        runs.append(
+            str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}" if j > i + 1 else f"{rs[i]},{rs[j]}"
+        )
         i = j + 1
     text = ",".join(runs[:limit])
     return text + (f",... ({len(rs)} ranks)" if len(runs) > limit else "")

@@ -9,6 +9,7 @@ import socket
 import struct
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -78,14 +79,14 @@ class ClickHouseStore(Store):
             raise ValueError(
                 f"ClickHouse compression {compression!r} is not one of {', '.join(COMPRESSIONS)}"
             )
-        self._params = dict(
+        self._params: dict[str, Any] = dict(
             host=host, port=port, database=database, user=user, password=password,
             secure=secure, ca_certs=ca_certs, url=url, connect_timeout=connect_timeout,
             query_timeout=query_timeout, compression=compression,
         )  # fmt: skip
         self.host, self.port, self.database = host, port, check_identifier(database)
         self.url = url or f"clickhouse://{host}:{port}/{database}"
-        options = dict(
+        options: dict[str, Any] = dict(
             port=port,
             user=user,
             password=password,
@@ -107,7 +108,8 @@ class ClickHouseStore(Store):
         if secure and ca_certs:
             options["ca_certs"] = ca_certs
         self._options = {**options, "ca_certs": ca_certs if secure else None}
-        self._cluster: str | None | bool = False  # False: not looked up yet
+        self._cluster: str | None = None
+        self._cluster_known = False
         self._client = Client(host, database=database, **options)
         self._admin = Client(host, database="default", **options)  # before the db exists
         self._lock = threading.Lock()
@@ -168,7 +170,7 @@ class ClickHouseStore(Store):
     def cluster(self) -> str | None:
         """The cluster whose Distributed tables this database holds (``store/cluster.py``),
         or None for a single server's tables; looked up once. Raises StoreError."""
-        if self._cluster is False:
+        if not self._cluster_known:
             from ranksight.store.cluster import cluster_of
 
             with self._errors():
@@ -177,6 +179,7 @@ class ClickHouseStore(Store):
                     {"db": self.database},
                 )
             self._cluster = cluster_of(dict(rows))
+            self._cluster_known = True
         return self._cluster
 
     def shard_column(self, table: str) -> str | None:
@@ -388,8 +391,8 @@ def in_sort_key_order(
     rows = len(columns[0]) if columns else 0
     if rows < _SORT_MIN_ROWS or any(key not in names for key in order_by):
         return columns
-    keys = [_sort_key(columns[names.index(key)]) for key in reversed(order_by)]
-    keys = [key for key in keys if key is not None]
+    maybe = [_sort_key(columns[names.index(key)]) for key in reversed(order_by)]
+    keys = [key for key in maybe if key is not None]
     if not keys:
         return columns
     order = np.lexsort(keys)

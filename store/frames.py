@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -88,6 +89,7 @@ def frame_from_columns(
     column, as clickhouse-driver returns them) as the DataFrame chdb would give for it.
     ``server_tz`` is the zone the driver's naive ``DateTime`` values are in."""
     arrays = []
+    values: Any
     for values, (_, ch_type) in zip(columns, names_types, strict=True):
         arrow = arrow_type(ch_type)
         if ch_type == "DateTime" or ch_type.startswith("DateTime("):

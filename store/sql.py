@@ -100,10 +100,11 @@ _NOT_AN_ALIAS = frozenset(
 
 def _tokens(sql: str) -> list[tuple[str, str, int, int]]:
     """``(kind, text, start, end)`` for each token of ``sql`` except blanks and comments."""
-    out = []
+    out: list[tuple[str, str, int, int]] = []
     for match in _TOKEN.finditer(sql):
-        if match.lastgroup != "space":
-            out.append((match.lastgroup, match.group(), match.start(), match.end()))
+        kind = match.lastgroup or ""
+        if kind != "space":
+            out.append((kind, match.group(), match.start(), match.end()))
     return out
 
 

@@ -26,8 +26,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "data", "realworld")
 DOC = os.path.join(HERE, "..", "docs", "import-validation.md")
 CONFIDENT = 0.7
-KIND_ALIASES = {"network": {"hardware"}, "hardware": {"network"}, "oom": {"crash"},
-                "data_loader": {"hang"}}
+KIND_ALIASES = {
+    "network": {"hardware"},
+    "hardware": {"network"},
+    "oom": {"crash"},
+    "data_loader": {"hang"},
+}
 """Answer kinds and the finding kinds that say the same."""
 ALLOWED = ("right", "undecided")
 """Verdicts a test accepts: "undecided" is the report saying the lines show no fault."""

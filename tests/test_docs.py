@@ -86,7 +86,9 @@ def test_readme_import_example_is_what_import_prints(tmp_path):
     assert out.returncode == 3, out.stderr
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = f.read()
-    shown = readme.split("--run gcd-6` says of it (exit code 3):\n\n```text\n", 1)[1].split("```", 1)[0]
+    shown = readme.split("--run gcd-6` says of it (exit code 3):\n\n```text\n", 1)[1].split(
+        "```", 1
+    )[0]
     assert shown.strip().splitlines() == (out.stdout + out.stderr).strip().splitlines()
 
 

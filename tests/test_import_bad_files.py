@@ -100,7 +100,9 @@ def test_each_bad_file_named_on_one_line_and_the_exit_code_is_the_reports(import
         mine = [line for line in lines if name in line]
         assert len(mine) == 1 and mine[0].startswith("error: could not import "), (name, lines)
         assert "cannot be read (" not in mine[0], mine[0]  # a reader's own words, no exception name
-    assert json.loads(out["mixed"].stdout)["findings"] == json.loads(out["alone"].stdout)["findings"]
+    assert (
+        json.loads(out["mixed"].stdout)["findings"] == json.loads(out["alone"].stdout)["findings"]
+    )
 
 
 def test_every_row_of_the_good_dump_is_stored_with_its_run(imports) -> None:
@@ -125,12 +127,15 @@ def test_a_dump_of_overflowing_numbers_is_stored_beside_the_good_one(imports) ->
     assert len(line) == 1 and "flight_recorder rank 2" in line[0], out["over"].stdout
     over, alone = rows_of(store, "over"), rows_of(store, "alone")
     assert over["runs"] == 1
-    assert over["fr_entries"] == alone["fr_entries"] + len(read_dump(GOOD.replace("rank_0", "rank_1")).entries)
+    assert over["fr_entries"] == alone["fr_entries"] + len(
+        read_dump(GOOD.replace("rank_0", "rank_1")).entries
+    )
     per_rank = ("collectives", "progress", "fr_dumps", "fr_entries")
     good = rows_of(store, "over", "AND rank = 0", per_rank)
     assert good == rows_of(store, "alone", "AND rank = 0", per_rank)
     seqs = open_store(store).query(
-        "SELECT max(collective_seq_id) AS s FROM fr_entries WHERE run_id = 'over' AND rank = 2")
+        "SELECT max(collective_seq_id) AS s FROM fr_entries WHERE run_id = 'over' AND rank = 2"
+    )
     assert int(seqs["s"].iloc[0]) == -1, "a SeqNum past the column is unknown"
 
 

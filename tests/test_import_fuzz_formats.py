@@ -87,8 +87,11 @@ def _kept_the_good_one(result, store, bad: str) -> None:
 
 
 @FUZZ
-@given(doc=st.sampled_from(FR_SEEDS).flatmap(mutated), how=st.sampled_from(
-    ["pickle", "json", "pickle.gz", "json.gz", "cut"]), rank=RANK_NAMES)
+@given(
+    doc=st.sampled_from(FR_SEEDS).flatmap(mutated),
+    how=st.sampled_from(["pickle", "json", "pickle.gz", "json.gz", "cut"]),
+    rank=RANK_NAMES,
+)
 def test_flight_recorder_dumps_mutated(tmp_path_factory, doc, how, rank) -> None:
     folder = tmp_path_factory.mktemp("fr")
     if how.startswith("json"):

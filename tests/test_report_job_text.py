@@ -59,7 +59,9 @@ def test_job_text_in_any_field_is_printed_as_text(kind, text):
 @settings(max_examples=150, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("[]/=:abc \\#@\x1b\n")), max_size=40))
 def test_any_bracket_soup_renders(text):
-    analysis = Analysis(text, 0, [finding("straggler", text), finding("hang", text)], 5, 1.0, [text])
+    analysis = Analysis(
+        text, 0, [finding("straggler", text), finding("hang", text)], 5, 1.0, [text]
+    )
     render_all(analysis, {"status": text})
 
 

@@ -73,7 +73,10 @@ def test_gc_pauses_on_a_different_rank_each_time_are_one_finding_naming_no_rank(
     assert [p["step"] for p in f.evidence["per_step"]] == sorted(slow)
     assert [p["rank"] for p in f.evidence["per_step"]] == [slow[s][0] for s in sorted(slow)]
     assert f.impact_pct == pytest.approx(100 * measured_share(steps), abs=0.2)
-    assert "no chronic straggler" in f.summary and "garbage-collection pauses of 3.5-4.0 s" in f.summary
+    assert (
+        "no chronic straggler" in f.summary
+        and "garbage-collection pauses of 3.5-4.0 s" in f.summary
+    )
     assert f.who() == "ranks 0,1,3,4,6,7 in turn"
 
 

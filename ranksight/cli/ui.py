@@ -23,11 +23,11 @@ def ui(
     try:
         refuse_password(store)
         cfg = LaunchConfig(store=url, host=host, port=port, run=run)
-        store = open_store(url)  # a bad URL or an unreachable server fails here, not in the page
-        absent = missing_store(store, url)
+        opened = open_store(url)  # a bad URL or an unreachable server fails here, not in the page
+        absent = missing_store(opened, url)
         if not absent:
-            check_readable(store)  # an older schema: say so here, not in every page
-        store.close()
+            check_readable(opened)  # an older schema: say so here, not in every page
+        opened.close()
     except ValueError as e:
         fail(str(e), 2)
     except StoreError as e:

@@ -46,6 +46,14 @@ from ranksight.words import counted
 from .rows import Rows, group_id, norm_op, parse_ranks, ranks_text
 
 _BETWEEN = re.compile(r"[ \t\r\n,]*")
+
+
+def _skip_between(buf: str, pos: int) -> int:
+    """The index of the first character at or after ``pos`` that is not a blank or comma."""
+    gap = _BETWEEN.match(buf, pos)
+    return gap.end() if gap else pos
+
+
 STEP = re.compile(r"^ProfilerStep#(\d{1,9})$")
 TIME_LIMIT_US = 9e15
 """Largest ``ts``/``dur`` (µs) taken: what int64 nanoseconds hold (year 2255); an event
@@ -65,7 +73,7 @@ class KinetoRank:
     rank: int | None
     world_size: int = 0
     header: dict = field(default_factory=dict)
-    steps: list[tuple[int, int, int]] = field(default_factory=list)  # (step, start, end)
+    steps: list[tuple[int, float, float]] = field(default_factory=list)  # (step, start, end)
     compute: array = field(default_factory=lambda: array("d"))  # start, dur, start, dur...
     spill: str = ""
     """File the compute kernels' (start, dur) pairs go to beyond ``keep`` (raw float64);
@@ -166,7 +174,7 @@ def events(
         top = _loads(head + "}" if head.strip() != "{" else "{}")
         pos, buf, consumed = 0, buf[m.end() :], m.end()
         while True:
-            pos = _BETWEEN.match(buf, pos).end()
+            pos = _skip_between(buf, pos)
             if pos >= len(buf) - 1 and not eof:
                 consumed += pos
                 buf = buf[pos:] + more()

@@ -38,7 +38,7 @@ data = torch.utils.data.DataLoader(
     torch.utils.data.TensorDataset(torch.randn(64 * args.steps, 256, generator=gen)),
     batch_size=64,
 )
-for x, in data:
+for (x,) in data:
     loss = model(x).pow(2).mean()
     loss.backward()
     opt.step()

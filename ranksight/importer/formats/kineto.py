@@ -11,6 +11,7 @@ from ranksight.words import counted
 
 from .. import kineto, merge
 from .base import Format
+from .flight_recorder import FlightRecorder
 
 
 class Kineto(Format):
@@ -70,7 +71,8 @@ class Kineto(Format):
         """Every trace's rows, one at a time (each let go once written), with the Flight
         Recorder's held collectives merged and written."""
         st = self.state
-        held = st.format("flight_recorder").held
+        fr = st.format("flight_recorder")
+        held = fr.held if isinstance(fr, FlightRecorder) else []
         if self.traces:
             result.meta["comm_time_by_op"] = kineto.comm_time_by_op(self.traces)
             everyone = sorted({t.rank for t in self.traces if t.rank is not None})

@@ -65,7 +65,9 @@ class TextLog(Format):
                 kinds[e.kind] += e.count
         said = ", ".join(counted(n, *WORDS[k]) for k, n in kinds.most_common())
         who = f" (ranks {span(named)})" if len(named) > 1 else ""
-        long = f"; {counted(cut[0], 'line')} over {mib(logs.LINE_BYTES)} cut to it" if cut[0] else ""
+        long = (
+            f"; {counted(cut[0], 'line')} over {mib(logs.LINE_BYTES)} cut to it" if cut[0] else ""
+        )
         return said + who + long, one
 
     def finish(self, result) -> None:

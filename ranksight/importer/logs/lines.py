@@ -136,11 +136,12 @@ def _pairs(raw_lines: Iterable[str]) -> Iterator[tuple[str, str | None]]:
     """Each line with the one after it (None after the last)."""
     it = iter(raw_lines)
     prev = next(it, None)
+    if prev is None:
+        return
     for cur in it:
         yield prev, cur
         prev = cur
-    if prev is not None:
-        yield prev, None
+    yield prev, None
 
 
 def wrap_widths(raw_lines: Iterable[str]) -> frozenset[int]:

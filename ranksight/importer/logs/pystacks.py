@@ -29,7 +29,7 @@ MARKERS = ("Process ", "Thread ", " (", "(")
 def _main_thread(threads: list[dict]) -> dict | None:
     """The thread that runs the training loop: ``MainThread`` by name, else the first."""
     named = [t for t in threads if t.get("thread_name") == "MainThread"]
-    return (named or threads or [None])[0]
+    return (named or threads)[0] if named or threads else None
 
 
 def event_of(
