@@ -12,12 +12,14 @@ ATTEMPT = "RANKSIGHT_ATTEMPT"
 SPOOL_DIR = "RANKSIGHT_SPOOL_DIR"
 """The node-local folder where hooks leave records for the node agent."""
 LEVEL = "RANKSIGHT_LEVEL"
+"""Hook level: ``off`` or ``default``."""
 DEVICE_TIMING = "RANKSIGHT_DEVICE_TIMING"
 """``0`` turns off CUDA-event timing of collectives on GPU ranks (on by default)."""
 FR_RING = "RANKSIGHT_FR_RING"
-"""``0``: at the default level on NCCL, record collectives with the Python wrappers instead
-of reading them from torch's Flight Recorder ring (``trainer_hooks/fr_ring.py``)."""
-"""Hook level: ``off`` or ``default``."""
+"""``1``: at the default level on NCCL, read collectives from torch's Flight Recorder ring
+(``trainer_hooks/fr_ring.py``) instead of recording them with the Python wrappers. Off by
+default: the ring places a collective on the host clock only when its completion is seen
+(starts off by a median 2 ms on an H200, bench/RESULTS.md), too coarse for arrival order."""
 STORE = "RANKSIGHT_STORE"
 """Store URL: a folder (chdb, embedded) or ``clickhouse://host:port/db``."""
 HOME = "RANKSIGHT_HOME"

@@ -55,9 +55,11 @@ class HooksConfig:
         default_factory=lambda: os.environ.get(env.DEVICE_TIMING, "1") != "0"
     )
     """On a CUDA rank, time collectives with CUDA events (``device_timing.py``)."""
-    fr_ring: bool = field(default_factory=lambda: os.environ.get(env.FR_RING, "1") != "0")
+    fr_ring: bool = field(default_factory=lambda: os.environ.get(env.FR_RING, "0") == "1")
     """At the default level on NCCL, read NCCL collectives from torch's Flight Recorder
-    ring off the training thread (``fr_ring.py``) instead of a Python wrapper per op."""
+    ring off the training thread (``fr_ring.py``) instead of a Python wrapper per op
+    (``RANKSIGHT_FR_RING=1``). Off by default: its host-clock placement of each
+    collective is coarser than the wrappers' CUDA events (:data:`ranksight.env.FR_RING`)."""
 
     def __post_init__(self) -> None:
         """Raises TypeError naming a field of the wrong type, ValueError one out of range."""
