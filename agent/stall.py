@@ -97,6 +97,8 @@ class StallWatcher(Collector):
             mine = [lr for lr in ranks if (lr.run_id, lr.attempt) == run]
             self._request_fr_dump(mine)
             running = [lr for lr in mine if lr.spool_path not in self._stopped]
+            if self.taker is None:
+                raise RuntimeError("StallWatcher.collect() called before open()")
             rows.extend(self.taker.take(running, "no_progress"))
         return {"stacks": rows}
 

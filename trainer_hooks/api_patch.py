@@ -18,6 +18,7 @@ import inspect
 import sys
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from torch.distributed import _functional_collectives as funcol
@@ -204,6 +205,7 @@ def patch_api(log: CollectiveLog) -> Callable[[], None]:
     returns the undo function. Modules imported later that bind the names directly keep
     the originals."""
     saved: list[tuple[Any, str, Any]] = []
+    targets: list[tuple[ModuleType, str, Callable[..., Callable], object]]
     targets = [(c10d, n, _c10d_wrapper, spec) for n, spec in _C10D.items()]
     targets += [(funcol, n, _functional_wrapper, op) for n, op in _FUNCTIONAL.items()]
     for home, name, make, spec in targets:

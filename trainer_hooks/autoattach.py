@@ -142,7 +142,7 @@ def _wrap_phases(clock: StepClock) -> None:
         def __next__(self: Any) -> Any:
             return clock.data_wait(lambda: original_next(self))
 
-        __next__._ranksight_wrapped = True
+        __next__._ranksight_wrapped = True  # type: ignore[attr-defined]
         it.__next__ = __next__
     original_backward = torch.autograd.backward
     if not getattr(original_backward, "_ranksight_wrapped", False):
@@ -150,9 +150,9 @@ def _wrap_phases(clock: StepClock) -> None:
         def backward(*args: Any, **kwargs: Any) -> Any:
             return clock.backward(lambda: original_backward(*args, **kwargs))
 
-        backward.__wrapped__ = original_backward
+        backward.__wrapped__ = original_backward  # type: ignore[attr-defined]
         backward.__doc__ = original_backward.__doc__
-        backward._ranksight_wrapped = True
+        backward._ranksight_wrapped = True  # type: ignore[attr-defined]
         torch.autograd.backward = backward
 
 
@@ -202,9 +202,9 @@ def _wrap(module: Any) -> None:
             warnings.warn(f"ranksight auto-attach failed, recording nothing: {exc}", stacklevel=2)
         return out
 
-    init_process_group.__wrapped__ = original
+    init_process_group.__wrapped__ = original  # type: ignore[attr-defined]
     init_process_group.__doc__ = original.__doc__
-    init_process_group._ranksight_wrapped = True
+    init_process_group._ranksight_wrapped = True  # type: ignore[attr-defined]
     module.init_process_group = init_process_group
 
 
@@ -223,9 +223,9 @@ def _wrap_device_mesh(module: Any) -> None:
             warnings.warn(f"ranksight auto-attach: mesh not read: {exc}", stacklevel=2)
         return mesh
 
-    init_device_mesh.__wrapped__ = original
+    init_device_mesh.__wrapped__ = original  # type: ignore[attr-defined]
     init_device_mesh.__doc__ = original.__doc__
-    init_device_mesh._ranksight_wrapped = True
+    init_device_mesh._ranksight_wrapped = True  # type: ignore[attr-defined]
     module.init_device_mesh = init_device_mesh
 
 
@@ -256,7 +256,7 @@ def _wrap_destroy(module: Any) -> None:
             warnings.warn(f"ranksight auto-attach: close failed: {exc}", stacklevel=2)
         return original(group, *args, **kwargs)
 
-    destroy_process_group.__wrapped__ = original
+    destroy_process_group.__wrapped__ = original  # type: ignore[attr-defined]
     destroy_process_group.__doc__ = original.__doc__
     module.destroy_process_group = destroy_process_group
 

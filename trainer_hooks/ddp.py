@@ -22,9 +22,12 @@ from __future__ import annotations
 import time
 import warnings
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .collective_log import CollectiveLog
+
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
 
 _ROUTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """DDP model -> its :class:`_Route` (weak: never keeps a model alive, never pickled)."""
@@ -104,7 +107,7 @@ def instrument_ddp(model: Any, log: CollectiveLog | None = None) -> bool:
     return True
 
 
-def _patch_registration(ddp: type) -> None:
+def _patch_registration(ddp: type[DistributedDataParallel]) -> None:
     """Make DDP's hook registration methods compose with a route (once per process)."""
     if _PATCHED:
         return
@@ -164,9 +167,9 @@ def instrument_on_construction(instrument: Any) -> Any:
         except Exception as exc:  # noqa: BLE001 - the model trains on, unseen
             warnings.warn(f"ranksight: DDP's buckets not instrumented: {exc}", stacklevel=2)
 
-    __init__.__wrapped__ = original
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
     __init__.__doc__ = original.__doc__
-    __init__._ranksight_wrapped = True
+    __init__._ranksight_wrapped = True  # type: ignore[attr-defined]
     ddp.__init__ = __init__
 
     def undo() -> None:

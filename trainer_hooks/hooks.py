@@ -85,7 +85,9 @@ class _Phase:
 
     def __init__(self, hooks: Hooks, name: str, microbatch: int, stage: int) -> None:
         self._hooks, self._name, self._microbatch, self._stage = hooks, name, microbatch, stage
-        self._t0, self._rec = 0, None
+        self._t0 = 0
+        self._rec: dict[str, Any] | None = None
+        """The record its CUDA start event is kept under (device-timed phases only)."""
 
     @property
     def guard(self) -> Guard:
@@ -122,7 +124,7 @@ class _Phase:
         if self._rec is not None:
             self._rec.update(rec)  # the dict the start event is kept under
             try:
-                if h._device.end(self._rec):
+                if h._device is not None and h._device.end(self._rec):
                     return
             except Exception:  # noqa: BLE001 - host times then; never the job's error
                 h._device_errors += 1
@@ -213,6 +215,10 @@ class Hooks:
     training loop: none blocks on I/O, and bookkeeping errors are counted, not raised.
     """
 
+    _spool: SpoolWriter
+    """The rank's spool; set in ``_start`` before anything can put a record (absent only
+    where ``_start`` failed before it: :meth:`_abandon` checks)."""
+
     def __init__(
         self,
         config: HooksConfig,
@@ -228,7 +234,6 @@ class Hooks:
         self._guard = Guard()
         self._counter: DispatchCounter | None = None
         self._mode: DispatchRecorder | None = None
-        self._spool: SpoolWriter | None = None
         self._undo: list[Any] = []
         try:
             self._start(mesh, mesh_shape, meta)
@@ -249,8 +254,9 @@ class Hooks:
                 undo()
             except Exception:  # noqa: BLE001 - undo the rest
                 pass
-        if self._spool is not None:
-            self._spool.close()
+        spool: SpoolWriter | None = getattr(self, "_spool", None)
+        if spool is not None:
+            spool.close()
 
     def _start(self, mesh: Any, mesh_shape: Any, meta: Any) -> None:
         config, g = self.config, self._guard
@@ -469,13 +475,26 @@ class Hooks:
         spool. Once; from any thread (a SIGTERM watcher may race the training thread)."""
         if not self._finished.acquire(blocking=False):
             return
+
+        def close_device() -> None:
+            if self._device:
+                self._device.close()
+
+        def mark_blackbox_flushed() -> None:
+            if self._blackbox:
+                self._blackbox.mark_flushed()
+
+        def put_progress() -> None:
+            for r in self._log.progress_records(self._step):
+                self._put(r)
+
         for write in (
             self._identity.settle,
-            lambda: self._device and self._device.close(),
+            close_device,
             lambda: self._ring and self._ring.close(),
             self._log.flush,
-            lambda: self._blackbox and self._blackbox.mark_flushed(),
-            lambda: [self._put(r) for r in self._log.progress_records(self._step)],
+            mark_blackbox_flushed,
+            put_progress,
             self._put_stats,
             lambda: self._put_end(reason, code, detail, final=True),
             lambda: self._put_run(status),
@@ -573,7 +592,7 @@ class Hooks:
         return self._clock.total_ns
 
     @guarded("step", default=lambda: NoopHooks._NULL)
-    def step(self, step: int) -> _Step:
+    def step(self, step: int) -> _Step | NoopHooks._Null:
         """Context manager around one training step (``step`` counts from 0). A step
         number that is not a whole number in 0..2^32-1 is dropped with one warning: the
         step is then not recorded (its phases and collectives still are)."""
@@ -585,7 +604,9 @@ class Hooks:
         return NoopHooks._NULL
 
     @guarded("phase", default=lambda: NoopHooks._NULL)
-    def phase(self, name: str, *, microbatch: int = -1, stage: int = -1) -> _Phase:
+    def phase(
+        self, name: str, *, microbatch: int = -1, stage: int = -1
+    ) -> _Phase | NoopHooks._Null:
         """Context manager around one phase: ``data_wait``, ``forward``, ``backward``,
         ``optimizer``, ``checkpoint`` (any name is accepted; a non-str through ``str()``).
         ``microbatch`` / ``stage``: indices, -1 for none."""
@@ -710,7 +731,7 @@ class NoopHooks:
     }  # fmt: skip
 
     class _Null:
-        def __enter__(self):
+        def __enter__(self) -> NoopHooks._Null:
             return self
 
         def __exit__(self, *exc: object) -> None:
@@ -719,7 +740,7 @@ class NoopHooks:
         def set(self, *args: Any, **kw: Any) -> None:
             return None
 
-    _NULL = _Null()
+    _NULL: _Null = _Null()
 
     @property
     def guard(self) -> Guard:

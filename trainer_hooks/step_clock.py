@@ -34,7 +34,9 @@ class StepClock:
     DataLoader's ``next()`` and ``torch.autograd.backward``."""
 
     def __init__(self, hooks: Any) -> None:
-        self.hooks, self.step, self.clock_id = hooks, 0, None
+        self.hooks, self.step = hooks, 0
+        self.clock_id: int | None = None
+        """``id()`` of the optimizer whose steps are the clock (the first that steps)."""
         self._open = hooks.step(0)
         self._open.__enter__()
         self._phase: Any = None
