@@ -202,6 +202,27 @@ class FaultSpec:
         return self.group or "tp"
 
     @property
+    def target_rank(self) -> int:
+        """``rank`` of a kind that requires it; ValueError if the spec names no rank."""
+        if self.rank is None:
+            raise ValueError(f"fault {self.kind}: no rank given")
+        return self.rank
+
+    @property
+    def slow_factor(self) -> float:
+        """``factor`` of a ``slow``; ValueError if the spec gives none."""
+        if self.factor is None:
+            raise ValueError(f"fault {self.kind}: no factor given")
+        return self.factor
+
+    @property
+    def delay_s(self) -> float:
+        """``delay_ms`` in seconds, for kinds that require it; ValueError if not given."""
+        if self.delay_ms is None:
+            raise ValueError(f"fault {self.kind}: no delay_ms given")
+        return self.delay_ms / 1e3
+
+    @property
     def busy_procs(self) -> int:
         """Busy processes of a ``cpu_contention`` (2 when not given)."""
         return self.procs or 2

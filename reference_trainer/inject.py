@@ -84,7 +84,7 @@ class SlowCompute:
             start = time.perf_counter()
             out = fn(*args, **kwargs)
             self._sync()
-            delay = (self.spec.factor - 1.0) * (time.perf_counter() - start)
+            delay = (self.spec.slow_factor - 1.0) * (time.perf_counter() - start)
             if self.injected_s == 0.0:
                 announce(self.spec, self.clock.step, f"compute x{self.spec.factor}")
             time.sleep(delay)
@@ -153,7 +153,7 @@ class GcStorm:
                 if self.injected_s == 0.0:
                     announce(self.spec, self.clock.step, "gc.collect() per microbatch")
                 start = time.perf_counter()
-                garbage = [[] for _ in range(GC_STORM_OBJECTS)]
+                garbage: list[list[object]] = [[] for _ in range(GC_STORM_OBJECTS)]
                 for i in range(GC_STORM_OBJECTS):  # one big reference cycle
                     garbage[i].append(garbage[i - 1])
                 del garbage

@@ -57,7 +57,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -65,6 +65,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ranksight.mesh import coords_of, rank_of
 from ranksight.reference_trainer.faults import FaultSpec
+
+if TYPE_CHECKING:
+    from torch.distributed.distributed_c10d import GroupName
 
 _PG_TYPE = "__torch__.torch.classes.c10d.ProcessGroup"
 _COLLECTIVE_C10D = {
@@ -79,7 +82,7 @@ def group_members(spec: FaultSpec, shape: dict[str, int]) -> frozenset[int]:
     """Global ranks that install a :class:`SlowLink` for ``spec``: ``spec.rank``'s TP group
     (same dp, pp) or DP group (same pp, tp); for ``pp`` its pipeline neighbours (same dp,
     tp, stage one up or down), the receivers of its sends."""
-    c = coords_of(spec.rank, shape)
+    c = coords_of(spec.target_rank, shape)
     axis = spec.link_group
     if axis == "pp":
         near = [c["pp"] + d for d in (-1, 1) if 0 <= c["pp"] + d < shape["pp"]]
@@ -96,7 +99,7 @@ def op_ranks(func: Any, args: tuple, kwargs: dict) -> tuple[int, ...] | None:
         names = [a for a in list(args) + list(kwargs.values()) if isinstance(a, str)]
         if not names:
             return None
-        pg = c10d._resolve_process_group(names[-1])
+        pg = c10d._resolve_process_group(cast("GroupName", names[-1]))
     else:
         boxed = next(
             (a for a in args if isinstance(a, torch.ScriptObject)
@@ -167,7 +170,7 @@ class SlowLink(TorchDispatchMode):
         key = _storage_key(tensor)
         if self._slow and key in self._slow:
             self._slow.discard(key)
-            self._hold(self.spec.delay_ms / 1e3, "collective completes late")
+            self._hold(self.spec.delay_s, "collective completes late")
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -178,7 +181,7 @@ class SlowLink(TorchDispatchMode):
             return out
         if ns not in ("c10d", "_c10d_functional") or not self._on():
             return func(*args, **kwargs)
-        delay = self.spec.delay_ms / 1e3
+        delay = self.spec.delay_s
         if ns == "c10d" and self.spec.link_group == "pp":
             if name == "recv_" and self._peer(func, args, kwargs) == self.spec.rank:
                 self._recvs += 1
@@ -223,9 +226,13 @@ class SlowLink(TorchDispatchMode):
 
             return wait
 
+        def restore() -> None:
+            for n, f in originals.items():
+                setattr(ACT, n, f)
+
         for name, fn in originals.items():
             setattr(ACT, name, held(fn))
-        self._undo.append(lambda: [setattr(ACT, n, f) for n, f in originals.items()])
+        self._undo.append(restore)
         if self.spec.link_group == "pp":
             self._patch_work_wait()
             self._patch_recv_posts()
@@ -261,7 +268,7 @@ class SlowLink(TorchDispatchMode):
             for module in (c10d, dist):
                 if getattr(module, name, None) is original:
                     setattr(module, name, wrapped)
-                    self._undo.append(lambda m=module, n=name, f=original: setattr(m, n, f))
+                    self._undo.append(functools.partial(setattr, module, name, original))
 
     def _patch_work_wait(self) -> None:
         work_cls = torch._C._distributed_c10d.Work
@@ -271,10 +278,10 @@ class SlowLink(TorchDispatchMode):
             out = original(work, *a, **k)
             if self._recvs > 0:
                 self._recvs -= 1
-                self._hold(self.spec.delay_ms / 1e3, "recv from the slow sender completes late")
+                self._hold(self.spec.delay_s, "recv from the slow sender completes late")
             return out
 
-        work_cls.wait = wait
+        setattr(work_cls, "wait", wait)  # noqa: B010 - patching a torch method
         self._undo.append(lambda: setattr(work_cls, "wait", original))
 
     def unpatch(self) -> None:
@@ -317,7 +324,7 @@ class Desync:
             big = torch.cat([tensor.reshape(-1), tensor.new_zeros(1)])
             return original(big, reduceOp, group, tag)[:-1].view_as(tensor)
 
-        funcol.all_reduce = all_reduce
+        setattr(funcol, "all_reduce", all_reduce)  # noqa: B010 - patching a torch function
 
     def uninstall(self) -> None:
         """Put back the function :meth:`install` wrapped (before the hooks close)."""

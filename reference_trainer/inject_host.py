@@ -44,8 +44,8 @@ class DataStall:
         if self.spec.active_at(step):
             if self.injected_s == 0.0:
                 announce(self.spec, step, f"data loading +{self.spec.delay_ms} ms per step")
-            time.sleep(self.spec.delay_ms / 1e3)
-            self.injected_s += self.spec.delay_ms / 1e3
+            time.sleep(self.spec.delay_s)
+            self.injected_s += self.spec.delay_s
 
 
 def _die_with_parent() -> None:
@@ -71,7 +71,7 @@ class CpuContention:
         if self.procs or not self.spec.active_at(step):
             return
         cores = sorted(os.sched_getaffinity(0))
-        self.core = cores[self.spec.rank % len(cores)]
+        self.core = cores[self.spec.target_rank % len(cores)]
         os.sched_setaffinity(0, {self.core})
         torch.set_num_threads(1)
         for _ in range(self.spec.busy_procs):

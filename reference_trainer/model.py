@@ -101,6 +101,8 @@ class GPTStage(nn.Module):
                 _normal(weight, 0.02, gen)
         residual_std = 0.02 / math.sqrt(2 * self.cfg.layers)
         for name, block in self.blocks.items():
+            if not isinstance(block, Block):
+                raise TypeError(f"blocks[{name!r}] is a {type(block).__name__}, not a Block")
             gen = torch.Generator().manual_seed(seed * 7_919 + int(name))
             for linear in (block.attn.q, block.attn.k, block.attn.v, block.mlp.fc_in):
                 _normal(linear.weight, 0.02, gen)

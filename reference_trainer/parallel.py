@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -39,6 +40,7 @@ from ranksight.mesh import MESH_DIM_NAMES, coords_of
 from ranksight.reference_trainer.config import TrainConfig
 from ranksight.reference_trainer.model import GPTStage, build_stage
 
+replicate: Callable[..., object] | None
 try:  # FSDP2-based replicate (torch >= 2.9); older torch falls back to fully_shard.
     from torch.distributed._composable.replicate_with_fsdp import replicate
 except ImportError:  # pragma: no cover - depends on the torch build
