@@ -226,6 +226,7 @@ class _HooksStandIn:
         self._clock = type("Clock", (), {"total_ns": 0})()
         self._device, self._step, self.out = device, 7, []
         self._device_errors = 0
+        self._ring = None  # collectives recorded by the wrappers, not the Flight Recorder ring
 
     def _put(self, rec: dict) -> None:
         self.out.append(rec)
