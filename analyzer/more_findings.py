@@ -76,6 +76,9 @@ def slow_comm_findings(
         "shared_ranks": common,
         "excess_ms_per_step": round(per_step, 1),
     }
+    onsets = [s.onset_step for s in slow if s.onset_step >= 0]
+    if onsets:  # the first slow group's onset: where the impact's before/after splits
+        evidence["onset_step"] = min(onsets)
     return [
         _finding(
             "slow_communication",
@@ -100,6 +103,7 @@ def _group_evidence(s: SlowGroup) -> dict:
         "arrival_skew_ms": round(s.skew_ms, 2),
         "slow_steps": s.slow_steps,
         "steps": s.steps,
+        "onset_step": s.onset_step,
     }
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .peers import loo_median
+from .peers import loo_median, sustained_onset
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +53,9 @@ class SlowGroup:
     skew_ms: float
     slow_steps: int
     steps: int
+    onset_step: int = -1
+    """The first step of its sustained slow run (:func:`~.peers.sustained_onset`); -1:
+    none found (slow on scattered steps only)."""
 
 
 TRANSFER = """
@@ -175,8 +178,18 @@ def find_slow_groups(
                 transfer_ms=float(np.nanmedian(own[i])) / 1e6,
                 peers_transfer_ms=float(np.nanmedian(others[i])) / 1e6,
                 skew_ms=float(np.nanmedian(skew.loc[g])) / 1e6,
-                slow_steps=int(slow[i].sum()), steps=int(n[i])))  # fmt: skip
+                slow_steps=int(slow[i].sum()), steps=int(n[i]),
+                onset_step=_onset(slow[i], own[i], tm.columns, cfg)))  # fmt: skip
     return found
+
+
+def _onset(slow: np.ndarray, own: np.ndarray, steps: pd.Index, cfg: SlowCommConfig) -> int:
+    """The step that starts a group's sustained slow run (:func:`~.peers.sustained_onset`
+    over the steps it has data for: a pair's buckets leave the steps between them empty),
+    -1 for none. ``slow``, ``own``: its row of flags and transfer times, over ``steps``."""
+    has = ~np.isnan(own)
+    first = sustained_onset(slow[has][None, :], cfg.min_slow_steps, cfg.min_step_fraction)[0]
+    return int(steps[has][first]) if first >= 0 else -1
 
 
 def _within(transfer: pd.DataFrame, steps: Sequence[int]) -> pd.DataFrame:

@@ -285,7 +285,7 @@ class SlowLink(TorchDispatchMode):
         self._undo.append(lambda: setattr(work_cls, "wait", original))
 
     def unpatch(self) -> None:
-        """Undo :meth:`patch_async_waits`."""
+        """Undo :meth:`patch_waits`."""
         while self._undo:
             self._undo.pop()()
 

@@ -173,3 +173,28 @@ def test_a_pairs_bucket_counts_only_when_wholly_inside_the_analyzed_steps():
     assert sorted(got.loc[got["group_id"] == "pp:2>0", "step"]) == [5, 10, 15]
     assert sorted(got.loc[got["group_id"] == "tp0", "step"]) == list(range(1, 23))
     assert _within(frame, []).empty
+
+
+def test_a_link_slow_from_a_late_step_carries_that_onset_for_its_before_after():
+    frame = transfer_frame(None)
+    late = frame["group_id"].eq("tp1") & (frame["step"] >= 4)
+    frame.loc[late, "transfer_mean"] = 12 * MS
+    (f,) = slow_comm_findings(frame, GROUPS, AXES, coords(), 100.0, range(0, 10))
+    assert f.evidence["onset_step"] == 4
+    assert f.evidence["slow_groups"][0]["onset_step"] == 4
+
+
+def test_a_pairs_onset_is_read_over_its_own_buckets_not_the_empty_steps_between():
+    """Pair buckets (every 2nd step here) leave the steps between them empty in the
+    group x step matrix, which a collective group fills: the run of slow buckets from
+    step 6 is the onset, though no 3 columns in a row are slow."""
+    from ranksight.analyzer.slow_comm import find_slow_groups
+
+    row = {"instances": 4, "skew_mean": 0.1 * MS, "step_bytes": 4096}
+    pairs = [{**row, "group_id": g, "step": b,
+              "transfer_mean": (12 if g == "pp:2>0" and b >= 6 else 1) * MS}
+             for g in ("pp:2>0", "pp:3>1") for b in range(0, 20, 2)]  # fmt: skip
+    colls = [{**row, "group_id": "tp0", "step": s, "transfer_mean": 1 * MS} for s in range(20)]
+    (g,) = find_slow_groups(pd.DataFrame(pairs + colls), {"pp:2>0": "pp", "pp:3>1": "pp",
+                            "tp0": "tp"}, {"pp:2>0": [2, 0], "pp:3>1": [3, 1]})  # fmt: skip
+    assert (g.group_id, g.onset_step) == ("pp:2>0", 6)

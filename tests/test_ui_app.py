@@ -695,3 +695,20 @@ def test_every_page_of_a_run_imported_from_a_posted_log(monkeypatch, tmp_path):
             assert "broadcast #56693" in texts(at) or any(
                 "broadcast #56693" in str(e.value) for e in at.get("expander")
             ), texts(at)[:500]
+
+
+def _evidence_of_a_stage_finding():
+    from ranksight.analyzer.findings import Finding
+    from ranksight.ui.views.overview import evidence
+
+    evidence(Finding(kind="pipeline_imbalance", cause="stage_imbalance", culprit_rank=-1,
+                     host="", dp=-1, tp=-1, pp=0, confidence=0.9, impact_pct=20.0,
+                     summary="stage 0 is slowest"))  # fmt: skip
+
+
+def test_evidence_of_a_finding_without_a_rank_names_what_it_names_never_rank_minus_one():
+    at = AppTest.from_function(_evidence_of_a_stage_finding, default_timeout=60).run()
+    assert not at.exception, at.exception
+    shown = "\n".join(m.value for m in at.markdown)
+    assert "Evidence for stage 0** (pp 0)" in shown, shown
+    assert "-1" not in shown, shown
