@@ -77,7 +77,7 @@ def slow_comm_findings(
         "excess_ms_per_step": round(per_step, 1),
     }
     onsets = [s.onset_step for s in slow if s.onset_step >= 0]
-    if onsets:  # the first slow group's onset: where the impact's before/after splits
+    if onsets:  # the earliest slow group's onset: where the impact's before/after splits
         evidence["onset_step"] = min(onsets)
     return [
         _finding(
