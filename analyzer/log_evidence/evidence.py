@@ -17,7 +17,7 @@ import pandas as pd
 
 from ranksight.words import span
 
-from ..findings import Finding
+from ..findings import NO_COORDS, Finding, coords_at
 
 NAMED = ("timeout", "status", "present", "exception", "nccl_calls", "stack", "child_failed",
          "gpu_error", "mismatch", "nccl_warn", "nccl_info", "fatal_signal", "watchdog_stuck")  # fmt: skip
@@ -244,7 +244,7 @@ def finding(kind: str, cause: str, rank: int, conf: float, summary: str, evidenc
             coords: pd.DataFrame, host: str = "") -> Finding:  # fmt: skip
     """A log finding: mesh coordinates from ``coords`` where the rank has them (logs
     rarely say), ``impact_pct`` 100 (the job stopped), ``confidence`` rounded."""
-    c = coords.loc[rank].to_dict() if rank >= 0 and rank in coords.index else {}
+    c = coords_at(coords, rank) if rank >= 0 else NO_COORDS
     evidence = {k: _short(k, v) for k, v in evidence.items()}
     return Finding(kind=kind, cause=cause, culprit_rank=int(rank),
                    host=host or str(c.get("host", "") or ""), dp=int(c.get("dp", -1)),
