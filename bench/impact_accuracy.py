@@ -1,8 +1,8 @@
 """How right is a finding's impact? Reported against measured, on real reference-trainer
 runs (8 ranks, DP2 x TP2 x PP2, gloo on CPU or NCCL on 8 GPUs, with the hooks).
 
-Each case is one faulty run and the same job clean (its twin, run right after it). The
-true impact of the case's faults is measured two ways:
+Each case is one faulty run and the same job clean (its twin, run right after it, or
+earlier in the same record where cases share it). The true impact of the case's faults is measured two ways:
 
 - *twin*: how much shorter the clean twin's mean job step is over the same steps (from
   the first fault's onset on): ``100 * (1 - mean_clean / mean_faulty)``;
@@ -11,8 +11,9 @@ true impact of the case's faults is measured two ways:
   ``100 * (1 - median_before / mean_after)``.
 
 The reported impact is the sum over the analysis' findings that cost step time
-(stragglers, slow links, transient stragglers; for the uneven-split case, whose twin is
-the even split, the ``pipeline_imbalance`` finding). The error is reported minus true
+(stragglers, slow links, transient stragglers; for the uneven-split cases, whose twins
+are the other layer splits, the ``pipeline_imbalance`` finding; with several twins the
+true impact is the largest gain among them). The error is reported minus true
 (twin), in points. Prints one row per case, then the median and largest absolute error.
 
 Three modes, so the jobs can run on a machine without chdb and be analyzed here:
@@ -21,7 +22,7 @@ Three modes, so the jobs can run on a machine without chdb and be analyzed here:
     python bench/impact_accuracy.py analyze --work DIR
     python bench/impact_accuracy.py [--home /tmp/impact] [--steps 20] [--cases a,b]   # both
 
-``record`` runs each case and its twin with the hooks writing the spool only (no agent,
+``record`` runs each case and its twins with the hooks writing the spool only (no agent,
 no store: nothing imports chdb), quietly (output to per-run logs), and keeps in ``DIR``:
 ``spool/`` (the runs' spool segments), ``summaries/RUN.json`` (the trainer's summary:
 every rank's measured step times), ``logs/RUN.log``, and ``runs.json`` (case, role,
@@ -55,20 +56,27 @@ from ranksight.faultmatrix import SHAPE
 
 @dataclass(frozen=True, slots=True)
 class Case:
-    """One case: its faults (reference_trainer/faults.py specs) and trainer flags, and the
-    twin's flags (the same job without the faults)."""
+    """One case: its faults (reference_trainer/faults.py specs) and trainer flags, and its
+    twins' flags."""
 
     faults: tuple[str, ...]
     args: tuple[str, ...] = ()
-    twin_args: tuple[str, ...] = ()
+    twins: tuple[tuple[str, ...], ...] = ((),)
+    """Trainer flags of each twin (the same job without the faults, or another layer
+    split): the true impact is the largest gain any twin shows, the best counterfactual
+    measured."""
     kinds: tuple[str, ...] = ("straggler", "slow_communication", "transient_straggler")
     """Finding kinds whose impacts are summed as the reported impact."""
 
 
 _SPLIT = ("--layers", "4")
+_SPLITS = {s: (*_SPLIT, "--layer-split", s) for s in ("3,1", "2,2", "1,3")}
 CASES: dict[str, Case] = {
     "slow-late": Case(("slow:rank=5,factor=2,from_step=8",)),
     "slow-early": Case(("slow:rank=5,factor=2,from_step=1",)),
+    "slow-early-stage0": Case(("slow:rank=1,factor=2,from_step=1",)),
+    "slow-early-mild": Case(("slow:rank=5,factor=1.5,from_step=1",)),
+    "two-slow-early": Case(("slow:rank=0,factor=1.7,from_step=1", "slow:rank=6,factor=1.7,from_step=1")),
     "slow-very-late": Case(("slow:rank=5,factor=3,from_step=12",)),
     "two-slow": Case(("slow:rank=2,factor=2,from_step=6", "slow:rank=5,factor=2,from_step=6")),
     "slow+dp-link-late": Case(
@@ -79,12 +87,19 @@ CASES: dict[str, Case] = {
     "gc-pauses": Case(("gc_pauses:delay_ms=2500,every=3,from_step=4",)),
     "uneven-split": Case(
         (),
-        args=(*_SPLIT, "--layer-split", "3,1"),
-        twin_args=(*_SPLIT, "--layer-split", "2,2"),
+        args=_SPLITS["3,1"],
+        twins=(_SPLITS["2,2"], _SPLITS["1,3"]),
+        kinds=("pipeline_imbalance",),
+    ),
+    "uneven-split-13": Case(
+        (),
+        args=_SPLITS["1,3"],
+        twins=(_SPLITS["2,2"], _SPLITS["3,1"]),
         kinds=("pipeline_imbalance",),
     ),
 }
-"""Case name -> Case: single and combined faults, early and late, and an uneven split."""
+"""Case name -> Case: single and combined faults, early and late, and uneven splits (the
+4 layers over 2 stages; the twins are the other two splits)."""
 
 
 def run_job(work: str, run_id: str, faults, args, steps: int, device: str, store_url=None) -> int:
@@ -114,27 +129,50 @@ def run_job(work: str, run_id: str, faults, args, steps: int, device: str, store
 
 
 def record(work: str, names: list[str], steps: int, device: str, store_url=None) -> list[dict]:
-    """Run each case of ``names`` and then its twin; add them to ``work/runs.json``."""
+    """Run each case of ``names`` and then its twins; add them to ``work/runs.json``. A job
+    already recorded in ``work`` with the same faults, flags, steps and device (the clean
+    twin most cases share, a layer split another case runs) is not run again: the case
+    points at that run."""
     path = os.path.join(work, "runs.json")
     os.makedirs(work, exist_ok=True)
     runs = json.load(open(path)) if os.path.exists(path) else []
+    done = {_job_key(r["faults"] if role == "case_run" else [], r_run["args"], r["steps"],
+                     r["device"]): r_run
+            for r in runs for role, r_run in _roles(r)}  # fmt: skip
     for name in names:
         case = CASES[name]
-        pair = {"name": name, "steps": steps, "device": device, "faults": list(case.faults)}
-        for role, faults, args in (("case_run", case.faults, case.args),
-                                   ("twin", (), case.twin_args)):  # fmt: skip
-            run_id = f"impact-{role.split('_')[0]}-{uuid.uuid4().hex[:8]}"
-            t0 = time.monotonic()
-            rc = run_job(work, run_id, faults, args, steps, device, store_url)
-            pair[role] = {"run_id": run_id, "args": list(args), "rc": rc,
-                          "wall_s": round(time.monotonic() - t0, 1)}  # fmt: skip
-            print(f"recorded {name} {role}: {run_id} exit {rc}", flush=True)
+        pair: dict = {"name": name, "steps": steps, "device": device, "faults": list(case.faults)}
+        jobs = [("case_run", case.faults, case.args)] + [("twin", (), t) for t in case.twins]
+        for role, faults, args in jobs:
+            key = _job_key(list(faults), list(args), steps, device)
+            if key not in done:
+                run_id = f"impact-{role.split('_')[0]}-{uuid.uuid4().hex[:8]}"
+                t0 = time.monotonic()
+                rc = run_job(work, run_id, faults, args, steps, device, store_url)
+                done[key] = {"run_id": run_id, "args": list(args), "rc": rc,
+                             "wall_s": round(time.monotonic() - t0, 1)}  # fmt: skip
+                print(f"recorded {name} {role}: {run_id} exit {rc}", flush=True)
+            if role == "case_run":
+                pair[role] = done[key]
+            else:
+                pair.setdefault("twins", []).append(done[key])
         runs.append(pair)
         with open(path, "w") as f:
             json.dump(runs, f, indent=1)
     with open(os.path.join(work, "machine.json"), "w") as f:
         json.dump(_machine(device), f, indent=1)
     return runs
+
+
+def _job_key(faults: list[str], args: list[str], steps: int, device: str) -> str:
+    return json.dumps([sorted(faults), list(args), steps, device])
+
+
+def _roles(pair: dict) -> list[tuple[str, dict]]:
+    """(role, run) of a runs.json entry: its case run and each twin (``twin`` in records
+    made before cases had several)."""
+    twins = pair.get("twins") or [pair["twin"]]
+    return [("case_run", pair["case_run"])] + [("twin", t) for t in twins]
 
 
 def _machine(device: str) -> dict:
@@ -203,10 +241,13 @@ def analyze_work(work: str, store_url: str | None = None) -> list[float]:
     errors = []
     for pair in runs:
         case = CASES[pair["name"]]
-        run_id, clean = pair["case_run"]["run_id"], pair["twin"]["run_id"]
+        run_id = pair["case_run"]["run_id"]
         first = max(1, onset_of(case.faults)) if case.faults else 1
-        true = 100.0 * (
-            1.0 - mean_job_step_ns(store, clean, first) / mean_job_step_ns(store, run_id, first)
+        faulty = mean_job_step_ns(store, run_id, first)
+        true = max(
+            100.0 * (1.0 - mean_job_step_ns(store, t["run_id"], first) / faulty)
+            for role, t in _roles(pair)
+            if role == "twin"
         )
         own = before_after_pct(store, run_id, first) if case.faults else None
         found = [f for f in analyze(store, run_id, save=False).findings if f.kind in case.kinds]
