@@ -17,10 +17,11 @@ MISMATCHES = """
 SELECT group_id, group_seq, any(group_ranks) AS members,
        groupArray(rank) AS ranks_list, groupArray(op) AS ops_list,
        groupArray(size) AS sizes_list, groupArray(dtype) AS dtypes_list,
+       groupArray(enqueue_ns) AS issued_list,
        uniqExact(op) AS n_ops, uniqExact(size) AS n_sizes, uniqExact(dtype) AS n_dtypes
 FROM
 (
-    SELECT group_id, group_seq, group_ranks, rank, op, dtype,
+    SELECT group_id, group_seq, group_ranks, rank, op, dtype, enqueue_ns,
            multiIf(op = 'scatter', numel_out, op = 'all_to_all', toUInt64(0), numel_in) AS size
     FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND peer = -1
       AND group_id IN %(groups)s
@@ -50,8 +51,9 @@ usually issues is the normal one."""
 
 def odd_ranks(row: dict, usual: dict[tuple, int] | None = None) -> tuple[list[int], dict]:
     """The members whose (op, size, dtype) differs from the majority at this sequence,
-    and what each signature was. Ties (one rank against one) are broken by ``usual``:
-    signature -> how often the group issued it (:data:`USUAL`)."""
+    and what each signature was (with its host issue time, ns, where the row has
+    ``issued_list``). Ties (one rank against one) are broken by ``usual``: signature ->
+    how often the group issued it (:data:`USUAL`)."""
     sigs = [
         (o, int(n), d)
         for o, n, d in zip(row["ops_list"], row["sizes_list"], row["dtypes_list"], strict=True)
@@ -64,7 +66,23 @@ def odd_ranks(row: dict, usual: dict[tuple, int] | None = None) -> tuple[list[in
     seen = {
         str(r): {"op": s[0], "numel": s[1], "dtype": s[2]} for r, s in zip(ranks, sigs, strict=True)
     }
+    issued = row.get("issued_list")
+    if issued is not None and len(issued) == len(ranks):
+        for r, t in zip(ranks, issued, strict=True):
+            seen[str(r)]["issued_ns"] = int(t)
     return odd, seen
+
+
+def issued_after(desync: dict, rank: int, t_ns: int) -> list[int]:
+    """The members other than ``rank`` that issued their collective at ``desync``'s
+    sequence (a :func:`first_desyncs` entry) after ``t_ns`` (host ns): after a member
+    died, the survivors' error handling issues collectives of its own, so a mismatch
+    issued then is the death's aftermath, not a desync."""
+    return sorted(
+        int(r)
+        for r, sig in desync["signatures"].items()
+        if int(r) != rank and int(sig.get("issued_ns", -1)) > t_ns
+    )
 
 
 def first_desyncs(mismatches: pd.DataFrame, usual: pd.DataFrame | None = None) -> list[dict]:

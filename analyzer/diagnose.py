@@ -11,6 +11,7 @@ import pandas as pd
 
 from .causes import refine_cause
 from .crash import CrashReport, crash_finding, find_crash
+from .desync import issued_after
 from .findings import Finding
 from .gpu_causes import refine_gpu_cause
 from .groups import group_axes, group_names
@@ -180,9 +181,10 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
         found, more = postmortem(data, coords)
         findings, notes = found + findings, notes + more
     elif crashed is not None:
-        findings = _with_crash(
+        findings, more = _with_crash(
             findings, crash_finding(crashed, coords, data.progress, data.crash_stacks)
         )
+        notes += more
     elif data.run.get("status") != "finished" and not data.progress.empty:
         report = find_hang(data.progress, int(data.steps["end_ns"].max()))
         if report is not None:
@@ -305,13 +307,32 @@ def _fold_into_desync(
     return [event, *findings]
 
 
-def _with_crash(findings: list[Finding], crash: Finding) -> list[Finding]:
+def _with_crash(findings: list[Finding], crash: Finding) -> tuple[list[Finding], list[str]]:
     """Add the crash finding first, unless a desync explains it: a rank that died inside
     a collective its group's members issued differently (gloo aborts on a size mismatch)
-    is a consequence, kept as the desync finding's evidence."""
+    is a consequence, kept as the desync finding's evidence. A desync the dead rank did
+    not take part in as an odd rank, at a sequence some other member issued after the
+    death (:func:`analyzer.desync.issued_after`), is the survivors' error handling: it
+    becomes a note and the crash leads. Returns (findings, notes)."""
+    rank, died = int(crash.culprit_rank), int(crash.evidence.get("ended_ns", 0))
+    notes, kept = [], []
+    for f in findings:
+        late = (
+            issued_after(f.evidence, rank, died)
+            if f.kind == "desync" and died > 0 and rank not in f.evidence.get("odd_ranks", [])
+            else []
+        )
+        if not late:
+            kept.append(f)
+            continue
+        notes.append(
+            f"after rank {rank} ended, rank(s) {', '.join(map(str, late))} issued "
+            f"{f.evidence.get('group_id')} #{f.evidence.get('seq')} and its members' "
+            "collectives there differ: the survivors' error handling, not taken as a desync"
+        )
     how = crash.evidence.get("detail") or crash.cause
-    return _fold_into_desync(
-        findings,
+    folded = _fold_into_desync(
+        kept,
         crash,
         lambda f: (
             crash.culprit_rank
@@ -321,6 +342,7 @@ def _with_crash(findings: list[Finding], crash: Finding) -> list[Finding]:
         {"rank": crash.culprit_rank, **crash.evidence},
         f"then rank {crash.culprit_rank}'s process ended ({how})",
     )
+    return folded, notes
 
 
 def _with_link_counters(f: Finding, data: RunData, coords: pd.DataFrame) -> Finding:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -145,19 +147,51 @@ def test_a_crash_or_hang_a_desync_explains_is_folded_into_it() -> None:
 
     desync = finding("desync", 3, "rank 3 issued all_gather #7", members="2,3")
     crash = finding("crash", 2, "rank 2 died", detail="exit code 1")
-    (folded,) = _with_crash([desync], crash)
+    (folded,), notes = _with_crash([desync], crash)
+    assert notes == []
     assert folded.evidence["then_crashed"] == {"rank": 2, "detail": "exit code 1"}
     assert (
         folded.summary == "rank 3 issued all_gather #7; then rank 2's process ended (exit code 1)"
     )
     outside = finding("crash", 5, "rank 5 died", detail="exit code 1")
-    assert [f.kind for f in _with_crash([desync], outside)] == ["crash", "desync"]
+    assert [f.kind for f in _with_crash([desync], outside)[0]] == ["crash", "desync"]
     hang = finding("hang", -1, "every rank blocked", stalled_s=61.4)
     (folded,) = _with_hang([desync], hang)
     assert folded.evidence["then_hung"] == {"stalled_s": 61.4}
     assert folded.summary.endswith("; the job then hung (61 s without a step)")
     rooted = finding("hang", 1, "rank 1 never entered", stalled_s=5)
     assert [f.kind for f in _with_hang([desync], rooted)] == ["hang", "desync"]
+
+
+def test_a_mismatch_issued_after_a_member_died_is_the_crash_not_a_desync() -> None:
+    """Lightning on gloo, rank 1 SIGKILLed in step 6: rank 2 issued its gradient bucket's
+    all_reduce #68 while ranks 0 and 3, whose #67 had failed on the dead peer, issued
+    their teardown's collective there. The crash leads; the mismatch is a note. A rank
+    that issued an odd collective and then died is still the desync's."""
+    from ranksight.analyzer.diagnose import _with_crash
+    from ranksight.analyzer.findings import Finding
+
+    mism = pd.DataFrame(
+        [
+            {"group_id": "g0", "group_seq": 68, "members": "0,1,2,3", "ranks_list": [0, 2, 3],
+             "ops_list": ["barrier", "all_reduce", "barrier"], "sizes_list": [1, 266760, 1],
+             "dtypes_list": ["float32"] * 3, "issued_list": [5_300, 4_100, 5_200],
+             "n_ops": 2, "n_sizes": 2, "n_dtypes": 1}
+        ]
+    )  # fmt: skip
+    (desync,) = desync_findings(mism, coords(4))
+    assert desync.culprit_rank == 2
+    crash = Finding("crash", "gone", 1, "h", 0, 0, 0, 0.9, 100.0, "rank 1 died",
+                    {"detail": "SIGKILL", "ended_ns": 5_000})  # fmt: skip
+    found, notes = _with_crash([desync], crash)
+    assert [f.kind for f in found] == ["crash"]
+    assert notes and "rank(s) 0, 3 issued g0 #68" in notes[0]
+    before = replace(crash, evidence={**crash.evidence, "ended_ns": 6_000})  # died after
+    (folded,), notes = _with_crash([desync], before)
+    assert folded.kind == "desync" and "then_crashed" in folded.evidence and notes == []
+    odd = replace(crash, culprit_rank=2)  # the odd rank itself died
+    (folded,), _ = _with_crash([desync], odd)
+    assert folded.kind == "desync" and folded.evidence["then_crashed"]["rank"] == 2
 
 
 def test_a_pairs_bucket_counts_only_when_wholly_inside_the_analyzed_steps():
