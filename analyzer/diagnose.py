@@ -18,7 +18,7 @@ from .groups import group_axes, group_names
 from .hang import find_hang, recovered_stalls, stopped_now
 from .hang_finding import hang_finding, recovered_finding
 from .imbalance import imbalance_findings
-from .impact import can_measure, checked_impacts, job_steps
+from .impact import can_measure, checked_impacts
 from .imported import is_imported, postmortem, replay_impacts
 from .log_evidence import log_findings
 from .more_findings import desync_findings, nan_findings, slow_comm_findings
@@ -95,18 +95,13 @@ def _phase_evidence(phases: pd.DataFrame, rank: int, peers: list[int], onset: in
     return out
 
 
-def _impact(excess_ns: pd.Series, job_ns: pd.Series) -> tuple[float, float, float]:
-    """(percent of the job step saved, mean job step ms now, mean job step ms without the
-    excess); ``excess_ns``: step -> the culprit's excess self time (ns); ``job_ns``: step
-    -> job step (ns, :func:`analyzer.impact.job_steps`).
+def _impact(excess_ns: pd.Series, step_ns: pd.Series) -> tuple[float, float, float]:
+    """(percent of step time saved, mean step ms now, mean step ms without the excess).
 
     The culprit's excess self time per step is taken to be on the step's critical path:
     in synchronous training every rank waits for it at the next collective (tensor and
-    data parallel) or send/recv (pipeline). The share is of the job step (the first
-    rank's start to the last rank's end), not of a rank's own step, which the pipeline's
-    fill and drain leave shorter. Bounded below by zero saving. Its error against the
-    measured step is :data:`analyzer.impact.EXCESS_ERROR_PTS`."""
-    steps = job_ns.reindex(excess_ns.index).dropna()
+    data parallel) or send/recv (pipeline). Bounded below by zero saving."""
+    steps = step_ns.reindex(excess_ns.index).dropna()
     if steps.empty:
         return 0.0, 0.0, 0.0
     excess = excess_ns.reindex(steps.index).fillna(0.0).clip(upper=steps)
@@ -418,8 +413,7 @@ def _finding(
     """One straggler finding; ``phases``: PHASES rows of the rank and ``peers`` (a sample
     of its same-stage peers, :func:`stage_peers`)."""
     c = coords.loc[s.rank]
-    wall = job_steps(data.steps, [int(x) for x in s.excess_ns.index])
-    impact, now_ms, without_ms = _impact(s.excess_ns, wall if not wall.empty else st)
+    impact, now_ms, without_ms = _impact(s.excess_ns, st)
     caused = waits.caused_by(s.rank, since_step=s.onset_step)
     slow_fraction = s.slow_steps / max(s.steps_from_onset, 1)
     cause = s.cause

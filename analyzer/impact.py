@@ -13,29 +13,20 @@ overlapped other work, or a replay that does not model the run. So:
    under four steps) as points of the step after. This replaces the estimate, which is
    kept in the evidence (``estimated_impact_pct``).
 2. **Estimate.** With no steps before the onset, the estimate stays, marked as such
-   (``impact_method``) with the error it carries (:func:`excess_error_pts`: every excess
-   millisecond counted as delaying the job step, measured against clean twin runs), and
-   never above :data:`MAX_ESTIMATE_PCT` (it cannot leave a 0 ms step).
+   (``impact_method``) with the error it carries: up to the estimate itself below it (an
+   upper bound: it assumes every excess millisecond delayed the step), and never above
+   :data:`MAX_ESTIMATE_PCT` (it cannot leave a 0 ms step).
    A finding measured at less than :data:`MIN_MEASURED_PCT`, or less than its error, cost
    nothing that can be told from noise: it stays (the rank is slow; the schedule may hide
    it only for now) with impact 0, confidence at most :data:`HIDDEN_CONFIDENCE`, and says so.
 3. **Composition.** The findings that cost step time (stragglers, slow links, transient
    stragglers) are capped together at the run's measured excess: the job step over the
-   analyzed steps against a clean baseline, the median job step before the earliest
-   onset. With fewer than two steps before it (faults from the first step: no clean step
-   to measure against), the cap is the larger of the excess over the 10th percentile of
-   the analyzed job steps (what intermittent faults left clean) and the findings' joint
-   estimate on the mesh (:func:`joint_pct`: ranks of one tensor-parallel group or of
-   different data-parallel replicas wait for the slowest one, stages of one pipeline add
-   up). Above the cap, each is scaled by the same factor and a note says so.
+   analyzed steps against a clean baseline (the median job step before the earliest
+   onset, else the 10th percentile of the analyzed job steps, which no fault left slow).
+   Above it, each is scaled by the same factor and a note says so.
 
-Job step, here: what one step costs the job, the last rank's end of the step after the
-last rank's end of the step before (:func:`job_steps`). Not its span (the first rank's
-start to the last rank's end, the README's headline): ranks that finish a step early start
-the next one early and wait in it (a light pipeline stage waits for its first
-activations), so consecutive spans overlap and their sum is longer than the run. On the
-reference trainer (CPU, dp2 x pp2, ``--layer-split 3,1``) the spans averaged 831 ms where
-the steps followed each other every 723 ms and the trainer's log said 695-700.
+Job step: the first rank's start to the last rank's end of one step (README, "Reading a
+report").
 """
 
 from __future__ import annotations
@@ -116,10 +107,9 @@ def measured(f: Finding, wall: pd.Series) -> tuple[Finding, str | None]:
     m = before_after(wall, onset) if onset is not None else None
     estimate = round(float(f.impact_pct), 1)
     if m is None:
-        method = "replay" if "whatif" in f.evidence else EXCESS_ESTIMATE
+        method = "replay" if "whatif" in f.evidence else "excess estimate (upper bound)"
         f = _capped(f) if method != "replay" else f
-        error = excess_error_pts(f.impact_pct) if method != "replay" else f.impact_pct
-        ev = {**f.evidence, "impact_method": method, "impact_error_pts": error}
+        ev = {**f.evidence, "impact_method": method, "impact_error_pts": f.impact_pct}
         return dataclasses.replace(f, evidence=ev), None
     ev = {
         **f.evidence,
@@ -148,24 +138,6 @@ def measured(f: Finding, wall: pd.Series) -> tuple[Finding, str | None]:
     return dataclasses.replace(
         f, impact_pct=round(m.impact_pct, 1), evidence=ev, summary=summary
     ), note
-
-
-EXCESS_ESTIMATE = "excess estimate"
-"""``impact_method`` of an impact taken from the culprit's excess time (rule 2)."""
-
-EXCESS_ERROR_PTS = (5.0, 0.15)
-"""(floor in points, share of the estimate) of an excess estimate's stated error. Source:
-``bench/impact_accuracy.py`` on the reference trainer (bench/RESULTS.md, "Impact
-accuracy"): slow ranks from the first step, on either stage, at 1.5-2x, came within
-0.7-3.8 points of their clean twins (11% of the estimate at most), and slow ranks that
-start late within 1.8-4.5 points of their own before/after."""
-
-
-def excess_error_pts(estimate_pct: float) -> float:
-    """The stated error (points) of an excess estimate of ``estimate_pct`` percent:
-    :data:`EXCESS_ERROR_PTS`."""
-    floor, share = EXCESS_ERROR_PTS
-    return round(max(floor, share * float(estimate_pct)), 1)
 
 
 MAX_ESTIMATE_PCT = 90.0
@@ -244,43 +216,14 @@ def run_excess_pct(wall: pd.Series, first_onset: int | None) -> float:
     return max(0.0, 100.0 * (now - base) / now) if now > 0 else 0.0
 
 
-def joint_pct(findings: list[Finding]) -> float:
-    """The joint impact (percent) of ``findings`` that each cost ``impact_pct`` alone, by
-    where they sit on the mesh: in one (dp, pp) cell, the tensor-parallel ranks wait for
-    each other at every collective, so the largest counts; the stages of one pipeline
-    (one dp replica) run one after the other, so their cells add up; the data-parallel
-    replicas meet at the gradient all-reduce, so the largest replica counts. Findings
-    without both a dp and a pp coordinate (a slow link's group, rotating stragglers) are
-    added in full. Never more than the plain sum."""
-    cells: dict[tuple[int, int], float] = {}
-    loose = 0.0
-    for f in findings:
-        if f.dp >= 0 and f.pp >= 0:
-            key = (int(f.dp), int(f.pp))
-            cells[key] = max(cells.get(key, 0.0), float(f.impact_pct))
-        else:
-            loose += float(f.impact_pct)
-    replicas: dict[int, float] = {}
-    for (dp, _pp), pct in cells.items():
-        replicas[dp] = replicas.get(dp, 0.0) + pct
-    return min(100.0, max(replicas.values(), default=0.0) + loose)
-
-
 def job_steps(steps: pd.DataFrame, analyzed: list[int]) -> pd.Series:
-    """Analyzed step -> job step (ns): the last rank's end of the step minus the last
-    rank's end of the step before it; the step's span (first start to last end) where the
-    step before has no records. ``steps``: rank, step, start_ns, end_ns (``STEPS`` rows),
-    all recorded steps (the one before the first analyzed is read). Empty without rows.
-    See the module docstring for why not the span."""
-    if steps.empty:
+    """Analyzed step -> job step (ns): the first rank's start to the last rank's end;
+    ``steps``: rank, step, start_ns, end_ns (``STEPS`` rows). Empty without rows."""
+    sub = steps[steps["step"].isin(analyzed)]
+    if sub.empty:
         return pd.Series(dtype=float)
-    by = steps.groupby("step")
-    last_end = by["end_ns"].max().astype(float).sort_index()
-    span = last_end - by["start_ns"].min().astype(float).reindex(last_end.index)
-    before = last_end.reindex(last_end.index - 1).to_numpy()
-    period = last_end - before
-    wall = period.where(np.isfinite(before) & (period > 0), span)
-    return wall[wall.index.isin(analyzed)]
+    by = sub.groupby("step")
+    return (by["end_ns"].max() - by["start_ns"].min()).astype(float).sort_index()
 
 
 def checked_impacts(
@@ -303,10 +246,7 @@ def checked_impacts(
     if len(costly) < 2:
         return out, notes
     onsets = [o for i in costly if (o := _onset(out[i])) is not None]
-    first = min(onsets) if onsets else None
-    cap = run_excess_pct(wall, first)
-    if first is None or int((wall.index < first).sum()) < 2:  # no clean steps before
-        cap = max(cap, joint_pct([out[i] for i in costly]))
+    cap = run_excess_pct(wall, min(onsets) if onsets else None)
     total = sum(out[i].impact_pct for i in costly)
     if total > cap > 0:
         scale = cap / total
@@ -321,10 +261,5 @@ def checked_impacts(
             f"the findings' impacts added up to {total:.0f}% where the run's job step was "
             f"{cap:.0f}% over its clean steps: each is scaled by {scale:.2f} so that together "
             "they are what was measured"
-            if first is not None and int((wall.index < first).sum()) >= 2
-            else f"the findings' impacts added up to {total:.0f}% where together they cost "
-            f"about {cap:.0f}% (they overlap on the mesh: the slowest of a tensor-parallel "
-            f"group or of the data-parallel replicas sets the step): each is scaled by "
-            f"{scale:.2f}"
         )
     return out, notes

@@ -46,7 +46,7 @@ def straggler_impacts(
         except ReplayError as exc:
             notes.append(
                 f"rank {f.culprit_rank}'s impact counts all its extra time as delaying the "
-                f"step (an estimate): the pipeline could not be re-simulated without it ({exc})"
+                f"step (an upper bound): the pipeline could not be re-simulated without it ({exc})"
             )
             out.append(f)
             continue
@@ -55,7 +55,7 @@ def straggler_impacts(
         if measured > 0 and abs(replayed / measured - 1.0) > MAX_REPLAY_ERROR:
             notes.append(
                 f"rank {f.culprit_rank}'s impact counts all its extra time as delaying the "
-                f"step (an estimate): a re-simulation of its pipeline without it was not "
+                f"step (an upper bound): a re-simulation of its pipeline without it was not "
                 f"trusted, as it took {replayed:.0f} ms for a step measured at {measured:.0f} ms "
                 f"(more than {MAX_REPLAY_ERROR:.0%} off)"
             )

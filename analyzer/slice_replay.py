@@ -36,7 +36,6 @@ import pandas as pd
 
 from ranksight.store.schema import RUN as _RUN
 
-from .impact import job_steps
 from .whatif import ReplayError, ops_from_tables, replay
 
 MAX_STEPS = 24
@@ -158,11 +157,13 @@ def replay_ranks(
 
 
 def measured_step_ms(steps: pd.DataFrame, ranks: list[int], numbers: list[int]) -> float:
-    """Mean over ``numbers`` of the job step over ``ranks`` (ms; ``STEPS`` rows;
-    :func:`analyzer.impact.job_steps`: one last end to the next), what the replay's step,
-    every rank starting at 0, is compared with; 0 if none."""
-    wall = job_steps(steps[steps["rank"].isin(ranks)], numbers)
-    return float(wall.mean()) / 1e6 if not wall.empty else 0.0
+    """Mean over ``numbers`` of the step's span over ``ranks`` (first start to last end,
+    ms; ``STEPS`` rows), as the replay measures its steps; 0 if none."""
+    rows = steps[steps["rank"].isin(ranks) & steps["step"].isin(numbers)]
+    if rows.empty:
+        return 0.0
+    g = rows.groupby("step")
+    return float((g["end_ns"].max() - g["start_ns"].min()).mean()) / 1e6
 
 
 def window(steps: pd.DataFrame, ranks: list[int], first: int, limit: int = MAX_STEPS) -> list[int]:

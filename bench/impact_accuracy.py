@@ -32,8 +32,7 @@ ships ``DIR/spool`` into the chdb store ``DIR/store`` (``ranksight agent --once
 --keep-spool``) and prints the table. ``bench/gpu_session.sh`` passes ``--work`` and
 ``--store`` (ignored here) to the script it runs.
 
-Job step: the last rank's end of a step after the last rank's end of the one before, as
-the analyzer measures impacts (``analyzer.impact.job_steps``). Results go in
+Job step: first rank's start to last rank's end of one step (README). Results go in
 bench/RESULTS.md with the machine.
 """
 
@@ -77,9 +76,7 @@ CASES: dict[str, Case] = {
     "slow-early": Case(("slow:rank=5,factor=2,from_step=1",)),
     "slow-early-stage0": Case(("slow:rank=1,factor=2,from_step=1",)),
     "slow-early-mild": Case(("slow:rank=5,factor=1.5,from_step=1",)),
-    "two-slow-early": Case(
-        ("slow:rank=0,factor=1.7,from_step=1", "slow:rank=6,factor=1.7,from_step=1")
-    ),
+    "two-slow-early": Case(("slow:rank=0,factor=1.7,from_step=1", "slow:rank=6,factor=1.7,from_step=1")),
     "slow-very-late": Case(("slow:rank=5,factor=3,from_step=12",)),
     "two-slow": Case(("slow:rank=2,factor=2,from_step=6", "slow:rank=5,factor=2,from_step=6")),
     "slow+dp-link-late": Case(
@@ -192,19 +189,13 @@ def _machine(device: str) -> dict:
     return out
 
 
-def _job_steps(store, run_id: str):
-    """Step -> job step (ns) of the run, step 0 (the warm-up) left out."""
-    from ranksight.analyzer.impact import job_steps
+def mean_job_step_ns(store, run_id: str, first: int) -> float:
+    """Mean job step (ns) of the steps from ``first`` on."""
     from ranksight.analyzer.queries import load_run
 
     s = load_run(store, run_id).steps
-    return job_steps(s, sorted(int(x) for x in s["step"].unique() if x >= 1))
-
-
-def mean_job_step_ns(store, run_id: str, first: int) -> float:
-    """Mean job step (ns) of the steps from ``first`` on."""
-    wall = _job_steps(store, run_id)
-    return float(wall[wall.index >= first].mean())
+    g = s[s["step"] >= first].groupby("step")
+    return float((g["end_ns"].max() - g["start_ns"].min()).mean())
 
 
 def onset_of(faults: tuple[str, ...]) -> int:
@@ -215,7 +206,11 @@ def onset_of(faults: tuple[str, ...]) -> int:
 def before_after_pct(store, run_id: str, onset: int) -> float | None:
     """``100 * (1 - median_before / mean_after)`` of the run's own job steps (step 0, the
     warm-up, left out); None with fewer than two steps before ``onset``."""
-    wall = _job_steps(store, run_id)
+    from ranksight.analyzer.queries import load_run
+
+    s = load_run(store, run_id).steps
+    g = s.groupby("step")
+    wall = (g["end_ns"].max() - g["start_ns"].min()).iloc[1:]
     before, after = wall[wall.index < onset], wall[wall.index >= onset]
     if len(before) < 2 or after.empty:
         return None

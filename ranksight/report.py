@@ -175,8 +175,8 @@ def now_and_without(f: Finding) -> str:
     """A straggler's impact figures in the README's step-time words, the same figures its
     impact comes from: the job step measured before and after its onset
     (analyzer/impact.py) where the run has steps before it, else the what-if replay's
-    where one was trusted, else the estimate ``from step 4, the job step averaged 1839.4
-    ms; about 632.3 ms without it (an estimate, ±5.0 points)`` (evidence ``onset_step``, ``step_ms_now``, ``step_ms_without``)."""
+    where one was trusted, else the estimate ``from step 4, a rank's step averaged 1839.4 ms; about 632.3 ms
+    without it`` (evidence ``onset_step``, ``step_ms_now``, ``step_ms_without``)."""
     ev = f.evidence
     if ev.get("impact_method") == "before/after":
         return (
@@ -192,9 +192,8 @@ def now_and_without(f: Finding) -> str:
             "with its work at its peers' median"
         )
     return (
-        f"from step {ev.get('onset_step')}, the job step averaged {ev.get('step_ms_now')} ms; "
-        f"about {ev.get('step_ms_without')} ms without it (an estimate, "
-        f"±{ev.get('impact_error_pts')} points)"
+        f"from step {ev.get('onset_step')}, a rank's step averaged {ev.get('step_ms_now')} ms; "
+        f"about {ev.get('step_ms_without')} ms without it (an estimate: at most this much)"
     )
 
 

@@ -83,7 +83,7 @@ def test_a_late_fault_expects_a_before_after_impact():
     e = expectation(faults, SHAPE, impact_method=sc.impact_method)
     assert (e.label, e.from_step) == ("straggler/compute @ 5 (before/after impact)", 12)
     assert score([_f("straggler", "compute", 5, impact_method="before/after")], e).passed
-    estimated = _f("straggler", "compute", 5, impact_method="excess estimate")
+    estimated = _f("straggler", "compute", 5, impact_method="excess estimate (upper bound)")
     assert score([estimated], e).verdict == "WRONG"
 
 

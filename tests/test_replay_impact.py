@@ -149,10 +149,10 @@ def test_a_replay_that_does_not_reproduce_the_measured_step_is_not_used(chdb_sto
     analysis = analyze(chdb_store, faulty.run_id, save=False)
     [f] = analysis.findings
     assert f.culprit_rank == 9 and "whatif" not in f.evidence and f.impact_pct > 0
-    assert f.evidence["impact_method"] == "excess estimate"
+    assert f.evidence["impact_method"] == "excess estimate (upper bound)"
     assert any(
         "rank 9's impact counts all its extra time" in n
-        and "(an estimate)" in n
+        and "upper bound" in n
         and "not trusted" in n
         for n in analysis.notes
     )
