@@ -76,7 +76,9 @@ CASES: dict[str, Case] = {
     "slow-early": Case(("slow:rank=5,factor=2,from_step=1",)),
     "slow-early-stage0": Case(("slow:rank=1,factor=2,from_step=1",)),
     "slow-early-mild": Case(("slow:rank=5,factor=1.5,from_step=1",)),
-    "two-slow-early": Case(("slow:rank=0,factor=1.7,from_step=1", "slow:rank=6,factor=1.7,from_step=1")),
+    "two-slow-early": Case(
+        ("slow:rank=0,factor=1.7,from_step=1", "slow:rank=6,factor=1.7,from_step=1")
+    ),
     "slow-very-late": Case(("slow:rank=5,factor=3,from_step=12",)),
     "two-slow": Case(("slow:rank=2,factor=2,from_step=6", "slow:rank=5,factor=2,from_step=6")),
     "slow+dp-link-late": Case(
