@@ -27,6 +27,7 @@ faults.enter_below_hooks()
 hooks = trainer_hooks.attach(
     mesh={"dp": 0, "tp": 0, "pp": rank}, mesh_shape=shape, spool_dir=spool, run_id=run_id
 )
+dist.barrier()  # both ranks start step 0 together: attach takes longer on one of them
 for step in range(3):
     clock.step = step
     with hooks.step(step):
