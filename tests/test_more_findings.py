@@ -164,10 +164,11 @@ def test_a_crash_or_hang_a_desync_explains_is_folded_into_it() -> None:
 
 
 def test_a_mismatch_issued_after_a_member_died_is_the_crash_not_a_desync() -> None:
-    """Lightning on gloo, rank 1 SIGKILLed in step 6: rank 2 issued its gradient bucket's
-    all_reduce #68 while ranks 0 and 3, whose #67 had failed on the dead peer, issued
-    their teardown's collective there. The crash leads; the mismatch is a note. A rank
-    that issued an odd collective and then died is still the desync's."""
+    """Shaped like the CI failure on Lightning on gloo with rank 1 SIGKILLed: after the
+    kill, the live ranks disagreed at #68 (which op each issued there was not in the
+    output; here 0 and 3 issue a barrier and 2 an all_reduce, all after rank 1's end).
+    The crash leads; the mismatch is a note. A rank that issued an odd collective and
+    then died is still the desync's."""
     from ranksight.analyzer.diagnose import _with_crash
     from ranksight.analyzer.findings import Finding
 
