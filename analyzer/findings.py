@@ -6,22 +6,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ranksight.vocab import NOT_FAULTS, Cause, Kind, cause_of, kind_of
 from ranksight.words import span
 
 if TYPE_CHECKING:
     import pandas as pd
-
-KINDS = ("straggler", "slow_communication", "hang", "crash", "desync", "nan", "pipeline_imbalance",
-         "hardware", "network", "transient_straggler")  # fmt: skip
-CAUSES = ("compute", "data_loader", "optimizer", "communication", "unknown", "gc", "cpu_contention",
-          "gpu_throttle", "gpu_contention", "stage_imbalance", "data_imbalance",
-          # what a job's logs say (analyzer/log_evidence)
-          "stuck", "stopped_completing", "watchdog_abort", "watchdog_stuck", "rendezvous",
-          "lagging", "mismatch", "ahead", "signal", "exit_code", "exception", "nccl_error",
-          "gpu_error", "cuda_error", "pcie", "network", "peer_gone", "unreachable", "checkpoint")  # fmt: skip
-NOT_FAULTS = ("pipeline_imbalance",)
-"""Finding kinds that name no failing rank: the job's own split of the work (its severity
-follows its measured cost, ``imbalance.SEVERITY``)."""
 
 NO_COORDS: dict[str, Any] = {"dp": -1, "tp": -1, "pp": -1, "host": ""}
 """The coordinates of a rank the ``ranks`` table does not hold (-1 on each axis, no host)."""
@@ -33,17 +22,35 @@ def coords_at(coords: pd.DataFrame, rank: int) -> dict[str, Any]:
     return coords.loc[rank].to_dict() if rank in coords.index else dict(NO_COORDS)
 
 
+def finding_at(kind: Kind, cause: Cause, rank: int, coords: pd.DataFrame, **kw: Any) -> Finding:
+    """A finding naming ``rank`` at its coordinates in ``coords`` (:func:`coords_at`);
+    ``kw``: the other :class:`Finding` fields (confidence, impact_pct, summary, evidence)."""
+    c = coords_at(coords, rank)
+    return Finding(
+        kind=kind,
+        cause=cause,
+        culprit_rank=int(rank),
+        host=str(c["host"]),
+        dp=int(c["dp"]),
+        tp=int(c["tp"]),
+        pp=int(c["pp"]),
+        **kw,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """One culprit (or problem) and why.
 
     ``impact_pct`` is how much faster the job would run without it: 25.0 means the mean
     step time would drop by 25%. ``confidence`` is in [0, 1]. ``evidence`` holds the
-    numbers the finding rests on (times in ns unless a key says otherwise).
+    numbers the finding rests on (times in ns unless a key says otherwise). ``kind`` and
+    ``cause`` are words of :mod:`ranksight.vocab`; a plain string is taken as its word,
+    and an unknown one raises ValueError naming it.
     """
 
-    kind: str
-    cause: str
+    kind: Kind
+    cause: Cause
     culprit_rank: int
     host: str
     dp: int
@@ -54,6 +61,10 @@ class Finding:
     summary: str
     evidence: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", kind_of(self.kind))
+        object.__setattr__(self, "cause", cause_of(self.cause))
+
     def who(self) -> str:
         """Whom the finding names, for titles (never ``rank -1``): ``rank N``; ``stage N``
         for a pipeline stage; else its suspects, its slow group (``tp group of ranks
@@ -62,7 +73,7 @@ class Finding:
             return f"rank {self.culprit_rank}"
         if self.kind in NOT_FAULTS:
             return f"stage {self.pp}"
-        if self.kind == "transient_straggler" and self.evidence.get("ranks"):
+        if self.kind == Kind.TRANSIENT_STRAGGLER and self.evidence.get("ranks"):
             return f"ranks {span(self.evidence['ranks'])} in turn"
         suspects = self.evidence.get("suspects") or []
         if suspects and isinstance(suspects, list):
@@ -77,6 +88,7 @@ class Finding:
         """The ``findings`` table row for this finding."""
         row = asdict(self)
         evidence = row.pop("evidence")
+        row["kind"], row["cause"] = self.kind.value, self.cause.value
         return {
             "run_id": run_id,
             "attempt": attempt,

@@ -2,7 +2,7 @@
 with a stated error, and impacts that together never exceed the measured excess.
 
 A finding's first impact is an estimate: the culprit's excess time taken to be on the
-critical path (``diagnose._impact``), or a what-if replay of its pipeline where the replay
+critical path (``detectors/straggler.py: _impact``), or a what-if replay of its pipeline where the replay
 reproduces the measured step (``replay_impact.py``). Both can overstate it: a delay that
 overlapped other work, or a replay that does not model the run. So:
 
@@ -214,6 +214,15 @@ def run_excess_pct(wall: pd.Series, first_onset: int | None) -> float:
     after = wall[wall.index >= first_onset] if len(before) >= 2 else wall
     now = float(after.mean())
     return max(0.0, 100.0 * (now - base) / now) if now > 0 else 0.0
+
+
+def step_times(steps: pd.DataFrame) -> pd.Series:
+    """step -> median over ranks of the step's duration (ns): the median rank's own step,
+    which the findings' thresholds use. ``steps``: rank, step, start_ns, end_ns."""
+    if steps.empty:
+        return pd.Series(dtype=float)
+    dur = (steps["end_ns"] - steps["start_ns"]).astype(float)
+    return dur.groupby(steps["step"]).median()
 
 
 def job_steps(steps: pd.DataFrame, analyzed: list[int]) -> pd.Series:

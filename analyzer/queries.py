@@ -16,7 +16,8 @@ import pandas as pd
 from ranksight.store import Store, StoreError
 from ranksight.store.schema import RUN as _RUN
 
-from . import causes, crash, desync, gpu_causes, hang, links, slice_replay, slow_comm
+from . import causes, gpu_causes, links, slice_replay
+from .detectors import crash, desync, hang, slow_comm
 from .straggler import COMPUTE_PHASES, DATA_PHASES
 
 # Aggregates never reuse the name of a column they read (an alias is visible to the whole

@@ -1,9 +1,11 @@
-"""Straggler impact on hooked runs from a bounded what-if replay (``slice_replay.py``).
+"""Straggler impact from a what-if replay: a bounded slice replay on hooked runs
+(``slice_replay.py``, :func:`straggler_impacts`) and a whole-run replay on imported ones
+(``whatif.py``, :func:`replay_impacts`).
 
 Each straggler's impact becomes the replayed gain of its pipeline slice over a window of
 steps from its onset, with its phases at its same-stage peers' median. Where the run
 cannot be replayed (no loader, no records in the window, too many rows, a graph that does
-not finish) the finding keeps the excess-time estimate (``diagnose._impact``) and a note
+not finish) the finding keeps the excess-time estimate (``detectors/straggler.py: _impact``) and a note
 says why.
 """
 
@@ -26,6 +28,7 @@ from .slice_replay import (
     window,
     with_peer_self,
 )
+from .whatif import balanced_stages, ops_from_tables, peer_median_durations, replay
 
 
 def straggler_impacts(
@@ -107,4 +110,62 @@ def with_replay(f: Finding, r: SliceReplay, steps: list[int]) -> Finding:
             "estimate_pct": f.impact_pct,
         },
     }
+    return dataclasses.replace(f, impact_pct=round(impact, 1), summary=summary, evidence=evidence)
+
+
+MAX_REPLAY_ROWS = 3_000_000
+"""Most phase + collective rows replayed (about 10 s of replay per million ops)."""
+
+
+def replay_impacts(
+    findings: list[Finding], data, coords: pd.DataFrame
+) -> tuple[list[Finding], list[str]]:
+    """``findings`` with each compute straggler's impact from a what-if replay of the
+    recorded steps (``whatif.py``): the culprit's compute at its same-stage peers' median.
+    The evidence gains ``whatif`` (slowdown, step times) and ``worker_or_stage``: how much
+    faster balancing the stages would make the job once the culprit is fixed; a worker
+    problem when fixing the worker gains more. Findings stay as they were (with a note)
+    when there is nothing to replay or the records do not replay."""
+    todo = [f for f in findings if f.kind == "straggler" and f.culprit_rank >= 0]
+    if not todo or data.fetch_ops is None:
+        return findings, []
+    phases, colls = data.fetch_ops()
+    if len(phases) + len(colls) > MAX_REPLAY_ROWS or phases.empty:
+        return findings, ["what-if replay skipped: too many or no op records"]
+    ops = ops_from_tables(phases, colls)
+    role = coords["pp"]
+    try:
+        now = replay(ops)
+    except ReplayError as exc:
+        return findings, [f"what-if replay failed: {exc}"]
+    out = []
+    for f in findings:
+        if f not in todo:
+            out.append(f)
+            continue
+        fixed = peer_median_durations(ops, [f.culprit_rank], role)
+        without, balanced = replay(fixed), replay(balanced_stages(fixed))
+        out.append(_with_replay(f, now, without, balanced))
+    return out, []
+
+
+def _with_replay(f: Finding, now: pd.Series, without: pd.Series, balanced: pd.Series) -> Finding:
+    s = float(now.sum() / without.sum())
+    stage = float(without.sum() / balanced.sum())
+    verdict = "worker" if s - 1 >= stage - 1 else "stage imbalance"
+    impact = 100.0 * (1 - 1 / s)
+    summary = f.summary.rsplit("; without it", 1)[0] + (
+        f"; a what-if replay of {counted(len(now), 'step')} with its compute at its same-stage peers' "
+        f"median makes the job {s:.2f}x faster ({now.mean() / 1e9:.2f} s -> "
+        f"{without.mean() / 1e9:.2f} s per step); balancing the stages after that would gain "
+        f"{stage:.2f}x: a {verdict} problem"
+    )
+    evidence = {
+        **f.evidence,
+        "whatif": {"slowdown": round(s, 4), "steps": len(now),
+                   "step_s_now": round(now.mean() / 1e9, 3),
+                   "step_s_without": round(without.mean() / 1e9, 3), "method": "replay"},
+        "worker_or_stage": {"worker_slowdown": round(s, 4), "stage_slowdown": round(stage, 4),
+                            "verdict": verdict},
+    }  # fmt: skip
     return dataclasses.replace(f, impact_pct=round(impact, 1), summary=summary, evidence=evidence)

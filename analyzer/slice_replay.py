@@ -13,7 +13,7 @@ pipeline, so the replay takes only the culprit's *pipeline slice* (the ranks wit
   slice's member (they are peers of the same role; a step's slowest pipeline is the
   culprit's).
 - "without": the culprit's phases take the median self time of its same-stage peers (an
-  even sample, ``diagnose.stage_peers``) for the same (step, phase, microbatch), loaded
+  even sample, ``detectors/straggler.py: stage_peers``) for the same (step, phase, microbatch), loaded
   with ``PEER_SELF``.
 - "balanced": every forward/backward/optimizer phase of the slice takes the mean over the
   slice's stages for the same (step, phase, microbatch): the same work split evenly over

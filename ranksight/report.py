@@ -12,8 +12,8 @@ from rich.panel import Panel
 from rich.table import Table
 
 from ranksight.analyzer import Analysis, Finding
-from ranksight.analyzer.findings import NOT_FAULTS
 from ranksight.analyzer.imported import is_imported
+from ranksight.vocab import NOT_FAULTS
 from ranksight.words import counted, span
 
 EXIT_CLEAN = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ranksight.analyzer.crash import crash_finding, find_crash
+from ranksight.analyzer.detectors.crash import crash_finding, find_crash
 from ranksight.torchrun_log import rank_end_rows, torchrun_failures
 
 S = 1_000_000_000

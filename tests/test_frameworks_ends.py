@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from ranksight.agent.stall import StallWatcher, stopped_state
-from ranksight.analyzer.crash import CLEAN_EXIT, crash_finding, find_crash
+from ranksight.analyzer.detectors.crash import CLEAN_EXIT, crash_finding, find_crash
 from ranksight.collectors.base import NodeContext
 from ranksight.collectors.local_ranks import LocalRank
 from tests.frameworks import Job, described, torchrun

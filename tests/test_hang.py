@@ -5,8 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from ranksight.analyzer.hang import HangConfig, find_hang
-from ranksight.analyzer.hang_finding import hang_finding
+from ranksight.analyzer.detectors.hang import HangConfig, find_hang, hang_finding
 
 S = 1_000_000_000
 

@@ -7,7 +7,9 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from ranksight.analyzer.more_findings import desync_findings, nan_findings, slow_comm_findings
+from ranksight.analyzer.detectors.desync import desync_findings
+from ranksight.analyzer.detectors.nan import nan_findings
+from ranksight.analyzer.detectors.slow_comm import slow_comm_findings
 
 MS = 1_000_000
 
@@ -139,11 +141,12 @@ def test_desync_in_a_group_of_two_names_the_rank_off_the_usual_signature():
 
 
 def test_a_crash_or_hang_a_desync_explains_is_folded_into_it() -> None:
-    from ranksight.analyzer.diagnose import _with_crash, _with_hang
     from ranksight.analyzer.findings import Finding
+    from ranksight.analyzer.folds import with_crash as _with_crash
+    from ranksight.analyzer.folds import with_hang as _with_hang
 
     def finding(kind: str, rank: int, summary: str, **evidence) -> Finding:
-        return Finding(kind, "x", rank, "h", 0, 0, 0, 0.9, 0.0, summary, evidence)
+        return Finding(kind, "unknown", rank, "h", 0, 0, 0, 0.9, 0.0, summary, evidence)
 
     desync = finding("desync", 3, "rank 3 issued all_gather #7", members="2,3")
     crash = finding("crash", 2, "rank 2 died", detail="exit code 1")
@@ -169,8 +172,8 @@ def test_a_mismatch_issued_after_a_member_died_is_the_crash_not_a_desync() -> No
     output; here 0 and 3 issue a barrier and 2 an all_reduce, all after rank 1's end).
     The crash leads; the mismatch is a note. A rank that issued an odd collective and
     then died is still the desync's."""
-    from ranksight.analyzer.diagnose import _with_crash
     from ranksight.analyzer.findings import Finding
+    from ranksight.analyzer.folds import with_crash as _with_crash
 
     mism = pd.DataFrame(
         [
@@ -199,7 +202,7 @@ def test_a_pairs_bucket_counts_only_when_wholly_inside_the_analyzed_steps():
     """TRANSFER_P2P buckets steps (a long run: ``step`` is the bucket's first). A bucket
     that holds a warm-up step or the step a crashed job never finished is left out, as
     the collective groups' own steps are."""
-    from ranksight.analyzer.slow_comm import _within
+    from ranksight.analyzer.detectors.slow_comm import _within
 
     pairs = [{"group_id": "pp:2>0", "step": b, "transfer_mean": 1.0} for b in (0, 5, 10, 15, 20)]
     colls = [{"group_id": "tp0", "step": s, "transfer_mean": 1.0} for s in range(25)]
@@ -223,7 +226,7 @@ def test_a_pairs_onset_is_read_over_its_own_buckets_not_the_empty_steps_between(
     """Pair buckets (every 2nd step here) leave the steps between them empty in the
     group x step matrix, which a collective group fills: the run of slow buckets from
     step 6 is the onset, though no 3 columns in a row are slow."""
-    from ranksight.analyzer.slow_comm import find_slow_groups
+    from ranksight.analyzer.detectors.slow_comm import find_slow_groups
 
     row = {"instances": 4, "skew_mean": 0.1 * MS, "step_bytes": 4096}
     pairs = [{**row, "group_id": g, "step": b,

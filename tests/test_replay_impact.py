@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from ranksight.analyzer import analyze, load_run
-from ranksight.analyzer.imbalance import ImbalanceConfig, find_imbalance
+from ranksight.analyzer.detectors.imbalance import ImbalanceConfig, find_imbalance
 from ranksight.report import EXIT_CLEAN, exit_code, to_markdown
 from ranksight.store import open_store
 from ranksight.synthetic import SynthConfig, write_synthetic

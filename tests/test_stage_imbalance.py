@@ -12,7 +12,7 @@ import pytest
 from ranksight import launch
 from ranksight.agent import Agent, AgentConfig
 from ranksight.analyzer import analyze
-from ranksight.analyzer.imbalance import ImbalanceConfig, imbalance_findings, severity
+from ranksight.analyzer.detectors.imbalance import ImbalanceConfig, imbalance_findings, severity
 from ranksight.analyzer.slice_replay import replay_ranks
 from ranksight.report import to_markdown
 from ranksight.store import open_store
@@ -76,7 +76,7 @@ def chdb_store(chdb_url):
 
 
 def test_a_replay_off_the_measured_step_gives_way_to_the_estimate(chdb_store, monkeypatch):
-    from ranksight.analyzer import imbalance
+    from ranksight.analyzer.detectors import imbalance
 
     run = SynthConfig(**SHAPE, stage_cost=(1.0, 1.0, 1.0, 1.6))
     write_synthetic(chdb_store, run)
@@ -95,13 +95,13 @@ def test_a_replay_off_the_measured_step_gives_way_to_the_estimate(chdb_store, mo
 
 def test_an_imbalance_under_the_thresholds_is_a_note_not_dropped(chdb_store):
     from ranksight.analyzer import load_run
-    from ranksight.analyzer.diagnose import _coords
+    from ranksight.analyzer.detectors.base import RunContext
 
     run = SynthConfig(**SHAPE, stage_cost=(1.0, 1.0, 1.0, 1.6))
     write_synthetic(chdb_store, run)
     data = load_run(chdb_store, run.run_id)
     steps = sorted(int(s) for s in data.steps["step"].unique())[1:]
-    args = (data, _coords(data.ranks), data.phase_totals, steps, 0.0, [])
+    args = (data, RunContext(data).coords, data.phase_totals, steps, 0.0, [])
     found, notes = imbalance_findings(*args, ImbalanceConfig(min_impact_pct=99.0))
     assert found == [] and "under the 99% threshold for a finding" in notes[-1]
     found, notes = imbalance_findings(*args, ImbalanceConfig(min_ratio=2.0))

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ranksight.analyzer.transient import TransientConfig, transient_findings
+from ranksight.analyzer.detectors.transient import TransientConfig, transient_findings
 
 MS = 1_000_000
 STEP_MS = 150

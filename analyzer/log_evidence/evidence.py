@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ranksight.vocab import cause_of, kind_of
 from ranksight.words import span
 
 from ..findings import NO_COORDS, Finding, coords_at
@@ -243,10 +244,11 @@ def _loads(text) -> dict:
 def finding(kind: str, cause: str, rank: int, conf: float, summary: str, evidence: dict,
             coords: pd.DataFrame, host: str = "") -> Finding:  # fmt: skip
     """A log finding: mesh coordinates from ``coords`` where the rank has them (logs
-    rarely say), ``impact_pct`` 100 (the job stopped), ``confidence`` rounded."""
+    rarely say), ``impact_pct`` 100 (the job stopped), ``confidence`` rounded. ``kind``
+    and ``cause`` are words of ``ranksight.vocab``; an unknown one raises ValueError."""
     c = coords_at(coords, rank) if rank >= 0 else NO_COORDS
     evidence = {k: _short(k, v) for k, v in evidence.items()}
-    return Finding(kind=kind, cause=cause, culprit_rank=int(rank),
+    return Finding(kind=kind_of(kind), cause=cause_of(cause), culprit_rank=int(rank),
                    host=host or str(c.get("host", "") or ""), dp=int(c.get("dp", -1)),
                    tp=int(c.get("tp", -1)), pp=int(c.get("pp", -1)),
                    confidence=round(float(conf), 2), impact_pct=100.0, summary=summary,

@@ -8,7 +8,7 @@ says so. A dump of a rank waiting in a collective says it is a victim.
 
 from __future__ import annotations
 
-from ..postmortem import stack_cause
+from ..detectors.postmortem import stack_cause
 from .evidence import Evidence, finding, ranks_text
 
 MIN_COMPARED = 3

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ranksight.analyzer.hang import LATEST
+from ranksight.analyzer.detectors.hang import LATEST
 from ranksight.store import Store
 
 from .run import RUN, RunView
@@ -47,7 +47,7 @@ def latest_snapshots(store: Store, run: RunView) -> pd.DataFrame:
     """Each rank's latest snapshot per (group, direction, peer): rank, group_id,
     direction ("" for collectives, "send"/"recv"), peer, issued, completed (sequence
     numbers, -1 for none), op, members, seen_ns (snapshot time), at_step. The
-    analyzer's own query (``analyzer.hang.LATEST``). Raises StoreError."""
+    analyzer's own query (``analyzer.detectors.hang.LATEST``). Raises StoreError."""
     return store.query(LATEST, run.params)
 
 

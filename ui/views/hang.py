@@ -12,7 +12,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from ranksight.analyzer.hang import find_hang
+from ranksight.analyzer.detectors.hang import find_hang
 from ranksight.ui import cache
 from ranksight.ui.context import PageContext
 from ranksight.ui.data import stacks

@@ -5,7 +5,7 @@ other stages (more layers, or the embedding / loss head), no rank stands out amo
 same-stage peers, so the straggler test (``straggler.py``) rightly names none; the
 pipeline still runs at the pace of its slowest stage. This module reports it as its own
 finding kind, ``pipeline_imbalance`` (cause ``stage_imbalance``; no failing rank, so
-``findings.NOT_FAULTS``), with the impact of rebalancing the stages and a severity that
+``ranksight.vocab.NOT_FAULTS``), with the impact of rebalancing the stages and a severity that
 follows it (:data:`SEVERITY`):
 
 - per rank, the median compute self time per step (forward + backward + optimizer, the
@@ -30,11 +30,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ranksight.vocab import Cause, Kind
 from ranksight.words import counted
 
-from .findings import Finding
-from .impact import job_steps
-from .slice_replay import (
+from ..findings import Finding
+from ..impact import job_steps
+from ..slice_replay import (
     ReplayError,
     groups_of,
     measured_step_ms,
@@ -43,7 +44,8 @@ from .slice_replay import (
     replay_slice,
     window,
 )
-from .straggler import COMPUTE_PHASES, self_time
+from ..straggler import COMPUTE_PHASES, self_time
+from .base import Detector, RunContext, Stage, of_kind
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -300,8 +302,8 @@ def _finding(found: StageImbalance, cost: StageCost, job_ms: float) -> Finding:
         "whatif": {"method": cost.method, **cost.whatif},
     }
     return Finding(
-        kind="pipeline_imbalance",
-        cause="stage_imbalance",
+        kind=Kind.PIPELINE_IMBALANCE,
+        cause=Cause.STAGE_IMBALANCE,
         culprit_rank=-1,
         host="",
         dp=-1,
@@ -312,3 +314,15 @@ def _finding(found: StageImbalance, cost: StageCost, job_ms: float) -> Finding:
         summary=summary,
         evidence=evidence,
     )
+
+
+def detect(run: RunContext, found: list[Finding]) -> tuple[list[Finding], list[str]]:
+    """:func:`imbalance_findings` over the analyzed steps; the straggler findings before
+    it name the ranks whose pipelines are not replayed."""
+    culprits = [f.culprit_rank for f in of_kind(found, Kind.STRAGGLER)]
+    return imbalance_findings(
+        run.data, run.coords, run.totals, run.steps_in, run.median_step_ms, culprits
+    )
+
+
+DETECTOR = Detector(Kind.PIPELINE_IMBALANCE, Stage.DESIGN, detect)

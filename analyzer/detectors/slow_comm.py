@@ -6,17 +6,28 @@ not waiting. ``start_ns`` is the arrival: the issue time on CPU, the device-side
 groups of the same mesh axis (same op mix, same sizes by construction of the mesh) has a
 slow link; the rank(s) shared by every slow group localize it (MegaScale, NSDI 2024, 5.2:
 intersect the slow groups).
+
+Query: :data:`TRANSFER` and :data:`TRANSFER_P2P` (per group and step, pushed down), and
+the hosts' NIC and NVLink counters (``analyzer/links.py``) for the evidence.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from .peers import loo_median, sustained_onset
+from ranksight.vocab import Cause, Kind
+
+from ..findings import Finding, finding_at
+from ..peers import loo_median, sustained_onset
+from .base import Detector, RunContext, Stage
+
+if TYPE_CHECKING:
+    from ..queries import RunData
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -215,3 +226,124 @@ def shared_ranks(groups: list[SlowGroup]) -> list[int]:
     for g in groups[1:]:
         common &= set(g.members)
     return sorted(common)
+
+
+MIN_STEP_SHARE = 0.05
+"""A slow group is reported only if its extra transfer costs at least this share of the
+median step time (5%): below that it is noise on a shared host, or not worth a finding."""
+
+
+def _members(groups: pd.DataFrame) -> dict[str, list[int]]:
+    return {
+        g: [int(x) for x in str(r).split(",") if x]
+        for g, r in zip(groups["group_id"], groups["group_ranks"], strict=True)
+    }
+
+
+def slow_comm_findings(
+    transfer: pd.DataFrame,
+    groups: pd.DataFrame,
+    axes: dict[str, str],
+    coords: pd.DataFrame,
+    step_ms: float,
+    steps: Sequence[int],
+) -> list[Finding]:
+    """One finding for the slow groups: culprit the rank shared by all of them (-1 when
+    they share none or several: the link between the members). ``steps``: the analyzed
+    steps (see :func:`~.slow_comm.find_slow_groups`); ``step_ms``: their median step."""
+    if groups.empty or transfer.empty:
+        return []
+    slow = find_slow_groups(transfer, axes, _members(groups), steps)
+    per_step = transfer.groupby("group_id")["instances"].median()
+    slow = [
+        s
+        for s in slow  # too small to matter (or noise): under MIN_STEP_SHARE of a step
+        if (s.transfer_ms - s.peers_transfer_ms) * per_step.get(s.group_id, 0)
+        >= MIN_STEP_SHARE * step_ms
+    ]
+    if not slow:
+        return []
+    common = shared_ranks(slow)
+    rank = common[0] if len(common) == 1 else -1
+    per_step = _excess_per_step_ms(transfer, slow)
+    impact = min(100.0, 100.0 * per_step / step_ms) if step_ms else 0.0
+    where = f"rank {rank}" if rank >= 0 else f"the link between ranks {common or slow[0].members}"
+    g = slow[0]
+    summary = (
+        f"communication is slow in {len(slow)} {g.axis} group(s) while arrival skew is low "
+        f"({g.transfer_ms:.1f} ms per collective after the last arrival vs "
+        f"{g.peers_transfer_ms:.1f} ms in the other {g.axis} groups): {where}"
+    )
+    evidence = {
+        "slow_groups": [_group_evidence(s) for s in slow],
+        "shared_ranks": common,
+        "excess_ms_per_step": round(per_step, 1),
+    }
+    onsets = [s.onset_step for s in slow if s.onset_step >= 0]
+    if onsets:  # the earliest slow group's onset: where the impact's before/after splits
+        evidence["onset_step"] = min(onsets)
+    return [
+        finding_at(
+            Kind.SLOW_COMMUNICATION,
+            Cause.COMMUNICATION,
+            rank,
+            coords,
+            confidence=0.8,
+            impact_pct=round(impact, 1),
+            summary=summary,
+            evidence=evidence,
+        )
+    ]
+
+
+def _group_evidence(s: SlowGroup) -> dict:
+    return {
+        "group_id": s.group_id,
+        "axis": s.axis,
+        "members": s.members,
+        "transfer_ms": round(s.transfer_ms, 2),
+        "peers_transfer_ms": round(s.peers_transfer_ms, 2),
+        "arrival_skew_ms": round(s.skew_ms, 2),
+        "slow_steps": s.slow_steps,
+        "steps": s.steps,
+        "onset_step": s.onset_step,
+    }
+
+
+def _excess_per_step_ms(transfer: pd.DataFrame, slow: list[SlowGroup]) -> float:
+    """Extra transfer per step (ms): per slow group, its excess per collective times its
+    median number of collectives per step."""
+    per_step = transfer.groupby("group_id")["instances"].median()
+    return float(
+        sum((s.transfer_ms - s.peers_transfer_ms) * per_step.get(s.group_id, 0) for s in slow)
+    )
+
+
+def _with_link_counters(f: Finding, data: RunData, coords: pd.DataFrame) -> Finding:
+    """A slow-communication finding with the NIC and NVLink counters of its ranks' hosts
+    over the analyzed steps (analyzer/links.py), where the collectors recorded them."""
+    if data.fetch_links is None or data.steps.empty:
+        return f
+    ranks = set(f.evidence.get("shared_ranks") or [])
+    for g in f.evidence.get("slow_groups", []):
+        ranks |= set(g.get("members", []))
+    hosts = sorted({str(coords.loc[r, "host"]) for r in ranks if r in coords.index})
+    t0, t1 = int(data.steps["start_ns"].min()), int(data.steps["end_ns"].max())
+    counters = data.fetch_links(hosts, t0, t1)
+    if not counters["nic"] and not counters["nvlink"]:
+        return replace(
+            f, evidence={**f.evidence, "link_counters": "no errors or congestion recorded"}
+        )
+    return replace(f, evidence={**f.evidence, "link_counters": counters})
+
+
+def detect(run: RunContext, found: list[Finding]) -> tuple[list[Finding], list[str]]:
+    """:func:`slow_comm_findings` over the analyzed steps, with the link counters."""
+    d = run.data
+    comm = slow_comm_findings(
+        d.transfer, d.groups, run.axes, run.coords, run.median_step_ms, run.steps_in
+    )
+    return [_with_link_counters(f, d, run.coords) for f in comm], []
+
+
+DETECTOR = Detector(Kind.SLOW_COMMUNICATION, Stage.FAULT, detect)

@@ -5,6 +5,9 @@ group must issue the same op with the same sizes and dtype at each sequence numb
 first sequence where they differ names the odd rank(s) out. The size compared is the one
 every member shares: what each receives for scatter (the root alone sends), none for
 all_to_all (splits may be uneven), the input elsewhere.
+
+Query: :data:`MISMATCHES` (the groups whose members' signatures differ, found by
+``TRANSFER``'s ``mismatched`` count) and :data:`USUAL`, run by ``queries.load_run``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pandas as pd
+
+from ranksight.vocab import Cause, Kind
+
+from ..findings import Finding, finding_at
+from .base import Detector, RunContext, Stage
 
 MISMATCHES = """
 SELECT group_id, group_seq, any(group_ranks) AS members,
@@ -111,3 +119,40 @@ def first_desyncs(mismatches: pd.DataFrame, usual: pd.DataFrame | None = None) -
             }
         )
     return sorted(out, key=lambda d: d["seq"])
+
+
+def desync_findings(
+    mismatches: pd.DataFrame, coords: pd.DataFrame, usual: pd.DataFrame | None = None
+) -> list[Finding]:
+    """One finding per odd rank at the first mismatched sequence of its group (``usual``:
+    the groups' usual signatures, to break one-against-one ties)."""
+    out = []
+    for d in first_desyncs(mismatches, usual) if not mismatches.empty else []:
+        for rank in d["odd_ranks"][:1]:
+            mine = d["signatures"][str(rank)]
+            summary = (
+                f"desync: at {d['group_id']} #{d['seq']} rank {rank} issued {mine['op']} of "
+                f"{mine['numel']} {mine['dtype']} elements while the other members "
+                "issued something else; the job will hang or compute garbage"
+            )
+            out.append(
+                finding_at(
+                    Kind.DESYNC,
+                    Cause.MISMATCHED_COLLECTIVE,
+                    rank,
+                    coords,
+                    confidence=0.9,
+                    impact_pct=100.0,
+                    summary=summary,
+                    evidence=d,
+                )
+            )
+    return out
+
+
+def detect(run: RunContext, found: list[Finding]) -> tuple[list[Finding], list[str]]:
+    """:func:`desync_findings` of the run's mismatched groups."""
+    return desync_findings(run.data.mismatches, run.coords, run.data.usual), []
+
+
+DETECTOR = Detector(Kind.DESYNC, Stage.FAULT, detect)

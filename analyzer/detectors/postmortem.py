@@ -21,11 +21,20 @@ lockstep.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
+from ranksight.vocab import Kind, cause_of
 from ranksight.words import counted
 
-from .findings import Finding, coords_at
+from ..findings import Finding, finding_at
+from ..folds import prepend
+from ..imported import partial_ranks
+from .base import Detector, RunContext, Stage
+
+if TYPE_CHECKING:
+    from ..queries import RunData
 
 STACK_CAUSES = (
     ("data_loader", ("torch/utils/data", "dataloader", "_next_data", "DataLoader")),
@@ -135,10 +144,10 @@ def odd_stacks(stacks: pd.DataFrame) -> dict[int, dict]:
 def _finding(
     rank: int, coords: pd.DataFrame, cause: str, summary: str, evidence: dict, conf: float
 ) -> Finding:
-    c = coords_at(coords, rank)
-    return Finding(kind="hang", cause=cause, culprit_rank=int(rank), host=str(c["host"]),
-                   dp=int(c["dp"]), tp=int(c["tp"]), pp=int(c["pp"]), confidence=conf,
-                   impact_pct=100.0, summary=summary, evidence=evidence)  # fmt: skip
+    return finding_at(
+        Kind.HANG, cause_of(cause), rank, coords, confidence=conf, impact_pct=100.0,
+        summary=summary, evidence=evidence,
+    )  # fmt: skip
 
 
 def postmortem_findings(
@@ -224,3 +233,17 @@ def postmortem_findings(
 
 def _span(ranks: list[int]) -> str:
     return ",".join(map(str, ranks[:32])) + (f",... ({len(ranks)})" if len(ranks) > 32 else "")
+
+
+def postmortem(data: RunData, coords: pd.DataFrame) -> tuple[list[Finding], list[str]]:
+    """:func:`postmortem_findings` over the run's loaded frames."""
+    world = int(data.ranks["world_size"].max()) if not data.ranks.empty else 0
+    return postmortem_findings(data.progress, data.stacks, coords, world, partial_ranks(data.run))
+
+
+def detect(run: RunContext, found: list[Finding]) -> tuple[list[Finding], list[str]]:
+    """:func:`postmortem` of an imported run."""
+    return postmortem(run.data, run.coords)
+
+
+DETECTOR = Detector(Kind.HANG, Stage.STOP, detect, imported_only=True, fold=prepend)

@@ -35,10 +35,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ranksight.vocab import Kind, cause_of
 from ranksight.words import counted, span
 
-from .findings import Finding
-from .straggler import COMPUTE_PHASES, DATA_PHASES
+from ..findings import Finding
+from ..straggler import COMPUTE_PHASES, DATA_PHASES
+from .base import Detector, RunContext, Stage
 
 _MS = 1e6
 
@@ -257,8 +259,8 @@ def transient_findings(
     explained = min(1.0, sum(min(s.rank_excess_ms, s.step_excess_ms) for s in found) / cost_ms)
     return [
         Finding(
-            kind="transient_straggler",
-            cause=cause,
+            kind=Kind.TRANSIENT_STRAGGLER,
+            cause=cause_of(cause),
             culprit_rank=culprit,
             host=str(c["host"]) if c is not None else "",
             dp=int(c["dp"]) if c is not None else -1,
@@ -275,3 +277,14 @@ def transient_findings(
 def found_mean(found: list[SlowStep]) -> float:
     """Mean excess (ms) of the slow steps over the median job step."""
     return float(np.mean([s.step_excess_ms for s in found])) if found else 0.0
+
+
+def detect(run: RunContext, found: list[Finding]) -> tuple[list[Finding], list[str]]:
+    """:func:`transient_findings` over the analyzed steps, leaving out every rank the
+    straggler test flagged (culprits and victims: their slow steps are theirs)."""
+    return transient_findings(
+        run.data.steps, run.totals, run.coords, run.steps_in, [s.rank for s in run.slow]
+    )
+
+
+DETECTOR = Detector(Kind.TRANSIENT_STRAGGLER, Stage.FAULT, detect)

@@ -23,10 +23,18 @@ end that is not a teardown signal: a ``gone`` rank ends at its last record, an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from .findings import Finding, coords_at
+from ranksight.vocab import Kind, cause_of
+
+from ..findings import Finding, coords_at
+from ..folds import each_crash
+from .base import Detector, RunContext, Stage
+
+if TYPE_CHECKING:
+    from ..queries import RunData
 
 ENDS = """
 SELECT rank, source, reason, code, detail, last_step, ts_ns
@@ -255,8 +263,8 @@ def crash_finding(
     if stack:
         evidence["crash_stack"] = stack[:20_000]
     return Finding(
-        kind="crash",
-        cause=cause,
+        kind=Kind.CRASH,
+        cause=cause_of(cause),
         culprit_rank=int(e.rank),
         host=str(c["host"]),
         dp=int(c["dp"]),
@@ -267,3 +275,51 @@ def crash_finding(
         summary=summary,
         evidence=evidence,
     )
+
+
+def early_crash(report: CrashReport, data: RunData) -> Finding:
+    """The crash of a job that ended before any rank recorded a step (died before the
+    hooks attached, or in its first step): from the launcher's and the ranks' ends."""
+    cols = ["dp", "tp", "pp", "host"]
+    coords = (
+        data.ranks.set_index("rank")[cols] if not data.ranks.empty else pd.DataFrame(columns=cols)
+    )
+    return crash_finding(report, coords, data.progress, data.crash_stacks)
+
+
+def crash_of(data: RunData) -> CrashReport | None:
+    """The crash in ``data`` (analyzer/crash.py), from its rank ends and last records."""
+    if data.ends.empty and data.run.get("status") == "running":
+        return None
+    seen = data.steps.groupby("rank")["end_ns"].max() if not data.steps.empty else pd.Series()
+    if not data.progress.empty:
+        seen = (
+            pd.concat([seen, data.progress.groupby("rank")["seen_ns"].max()]).groupby(level=0).max()
+        )
+    if not data.ends.empty:  # a rank known only from its end (no step, no snapshot)
+        seen = seen.combine_first(data.ends.groupby("rank")["ts_ns"].min())
+    last_step = data.steps.groupby("rank")["step"].max() if not data.steps.empty else pd.Series()
+    if not data.progress.empty and "at_step" in data.progress.columns:  # the step it was in
+        last_step = (
+            pd.concat([last_step, data.progress.groupby("rank")["at_step"].max()])
+            .groupby(level=0)
+            .max()
+        )
+    return find_crash(data.ends, seen, last_step, str(data.run.get("status", "")))
+
+
+def crash_report(run: RunContext) -> CrashReport | None:
+    """The run's crash (:func:`crash_of`), computed once; None for an imported run."""
+    return run.once("crash", lambda: None if run.imported else crash_of(run.data))
+
+
+def detect(run: RunContext, found: list[Finding]) -> tuple[list[Finding], list[str]]:
+    """The crash finding of a hooked run, if a rank ended abnormally."""
+    report = crash_report(run)
+    if report is None:
+        return [], []
+    d = run.data
+    return [crash_finding(report, run.coords, d.progress, d.crash_stacks)], []
+
+
+DETECTOR = Detector(Kind.CRASH, Stage.STOP, detect, hooked_only=True, fold=each_crash)
