@@ -93,7 +93,7 @@ def with_crash(findings: list[Finding], crash: Finding) -> tuple[list[Finding], 
     a collective its group's members issued differently (gloo aborts on a size mismatch)
     is a consequence, kept as the desync finding's evidence. A desync the dead rank did
     not take part in as an odd rank, at a sequence some other member issued after the
-    death (:func:`analyzer.desync.issued_after`), is the survivors' error handling: it
+    death (:func:`analyzer.detectors.desync.issued_after`), is the survivors' error handling: it
     becomes a note and the crash leads. Returns (findings, notes)."""
     rank, died = int(crash.culprit_rank), int(crash.evidence.get("ended_ns", 0))
     notes, kept = [], []

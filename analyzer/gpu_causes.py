@@ -34,16 +34,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-SLOWDOWN_REASONS = (
-    (0x80, "hw_power_brake_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x8, "hw_slowdown"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x4, "sw_power_cap"),
+from ranksight.collectors.nvml_read import CLOCK_EVENT_NAMES
+
+_BIT_OF = {name: bit for bit, name in CLOCK_EVENT_NAMES}
+SLOWDOWN_REASONS: tuple[tuple[int, str], ...] = tuple(
+    (_BIT_OF[name], name)
+    for name in (
+        "hw_power_brake_slowdown",
+        "hw_thermal_slowdown",
+        "hw_slowdown",
+        "sw_thermal_slowdown",
+        "sw_power_cap",
+    )
 )
-"""NVML clock-event reasons that lower clocks under load, most severe first (nvml.h's
-``nvmlClocksEventReason*`` / ``nvmlClocksThrottleReason*`` bit values; names as
-``collectors/nvml_read.CLOCK_EVENT_NAMES``)."""
+"""(bit, name) of the NVML clock-event reasons that lower clocks under load, most severe
+first; the bits are ``collectors/nvml_read.CLOCK_EVENT_NAMES`` (nvml.h's
+``nvmlClocksEventReason*`` / ``nvmlClocksThrottleReason*``)."""
 NVML_DOC = "https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html"
 
 _WHERE = """host IN %(hosts)s AND gpu_uuid IN %(gpus)s

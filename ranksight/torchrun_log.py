@@ -20,7 +20,7 @@ and prints a summary (``torch.distributed.elastic.multiprocessing.errors``)::
 
 The root cause is the first failure torchrun observed; the "other failures" are mostly
 the ranks it stopped. These become ``rank_ends`` rows (source ``launcher``), which the
-analyzer weighs with what the ranks recorded themselves (analyzer/crash.py).
+analyzer weighs with what the ranks recorded themselves (analyzer/detectors/crash.py).
 """
 
 from __future__ import annotations

@@ -219,7 +219,7 @@ RANK_ENDS = Table(
 """How each rank's process ended, as far as anyone saw: the rank's own hooks (a clean
 close, an uncaught exception, a SIGTERM from the launcher, interpreter exit) and the
 launcher's exit codes. A rank killed outright (SIGKILL, os._exit, a segfault, the OOM
-killer) leaves no hooks row: its records simply stop (analyzer/crash.py)."""
+killer) leaves no hooks row: its records simply stop (analyzer/detectors/crash.py)."""
 
 LOG_EVENTS = Table(
     "log_events",

@@ -1,4 +1,4 @@
-"""Crash findings from how ranks ended (analyzer/crash.py) and torchrun's summary."""
+"""Crash findings from how ranks ended (analyzer/detectors/crash.py) and torchrun's summary."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stage imbalance checked against the measured step (analyzer/imbalance.py): a real gloo
+"""Stage imbalance checked against the measured step (analyzer/detectors/imbalance.py): a real gloo
 run of the reference trainer with an uneven layer split, and synthetic runs for the
 replay, the estimate and the notes."""
 

@@ -1,4 +1,4 @@
-"""Transient stragglers (analyzer/transient.py): slow steps whose slow rank moves, found
+"""Transient stragglers (analyzer/detectors/transient.py): slow steps whose slow rank moves, found
 whoever holds each step up, costed by the measured excess, and no chronic culprit named
 where there is none."""
 

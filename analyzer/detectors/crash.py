@@ -288,7 +288,7 @@ def early_crash(report: CrashReport, data: RunData) -> Finding:
 
 
 def crash_of(data: RunData) -> CrashReport | None:
-    """The crash in ``data`` (analyzer/crash.py), from its rank ends and last records."""
+    """The crash in ``data`` (:func:`find_crash`), from its rank ends and last records."""
     if data.ends.empty and data.run.get("status") == "running":
         return None
     seen = data.steps.groupby("rank")["end_ns"].max() if not data.steps.empty else pd.Series()
