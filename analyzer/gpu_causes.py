@@ -14,6 +14,11 @@ the GPUs of its same-stage peers:
   ``SwThermalSlowdown 0x20``, ``SwPowerCap 0x4``. A power cap every GPU hits at full load
   (as on the recorded H200 run in tests/data/nvml) is no cause: the clock test compares
   with peers that are capped too.
+- ``gpu_thermal``: ``gpu_throttle`` whose most severe reason is a thermal one
+  (:data:`THERMAL_REASONS`: ``HwThermalSlowdown 0x40``, ``SwThermalSlowdown 0x20``): the
+  GPU ran hot (cooling, airflow, a neighbour's heat), which the evidence's
+  ``max_temperature_c`` shows; a power brake, an external ``HwSlowdown`` or a power cap
+  stays ``gpu_throttle``.
 - ``gpu_contention``: a process that is none of the job's ranks (``gpu_procs``: not this
   run's rank, and not a rank's pid on that host) was on the rank's GPU in at least
   ``min_share`` of the process reads of that GPU in the window, while such a process was
@@ -50,6 +55,10 @@ SLOWDOWN_REASONS: tuple[tuple[int, str], ...] = tuple(
 """(bit, name) of the NVML clock-event reasons that lower clocks under load, most severe
 first; the bits are ``collectors/nvml_read.CLOCK_EVENT_NAMES`` (nvml.h's
 ``nvmlClocksEventReason*`` / ``nvmlClocksThrottleReason*``)."""
+THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown")
+"""Slowdown reasons that mean the GPU ran hot (nvml.h: ``HwThermalSlowdown`` "the GPU
+temperature is too high", ``SwThermalSlowdown`` "the current clocks are lowered to keep
+the GPU and memory temperature below their limits")."""
 NVML_DOC = "https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html"
 
 _WHERE = """host IN %(hosts)s AND gpu_uuid IN %(gpus)s
@@ -281,7 +290,7 @@ def gpu_cause(
     cfg: GpuCauseConfig | None = None,
 ) -> tuple[str | None, dict]:
     """``(cause, evidence)`` for a compute straggler ``rank`` against its same-stage
-    ``peers``: ``gpu_throttle``, ``gpu_contention`` or None (no GPU cause found, or no
+    ``peers``: ``gpu_thermal``, ``gpu_throttle``, ``gpu_contention`` or None (no GPU cause found, or no
     GPU records). Evidence goes under ``gpu`` keys either way where there are records."""
     cfg = cfg or GpuCauseConfig()
     own = tables.gpus.get(rank)
@@ -296,7 +305,8 @@ def gpu_cause(
     if c_ev:
         evidence["gpu_processes"] = c_ev
     if throttled:
-        return "gpu_throttle", evidence
+        hot = t_ev["nvml_reason"]["name"] in THERMAL_REASONS
+        return ("gpu_thermal" if hot else "gpu_throttle"), evidence
     if contended:
         return "gpu_contention", evidence
     return None, evidence

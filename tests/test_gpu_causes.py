@@ -34,6 +34,12 @@ THERMAL = {
 }
 """GPU 0 in HW + SW thermal slowdown (nvml.h bits 0x40, 0x20) under the power cap (0x4),
 SM clock at 795 MHz, 92 °C."""
+POWER_BRAKE = {
+    "nvmlDeviceGetCurrentClocksEventReasons()": {"value": 0x80 | 0x4},
+    "nvmlDeviceGetClockInfo(1)": {"value": 795},
+}
+"""GPU 0 under an external power brake (nvml.h bit 0x80) and the power cap (0x4), SM clock
+at 795 MHz, at its recorded temperature."""
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +93,11 @@ def gpu_tables(
     return frame("gpu_samples", samples), frame("gpu_procs", procs)
 
 
-def slow_run(store, recording, throttle: bool, foreign_on: tuple[int, ...] = ()) -> str:
-    """A DP2 x TP2 x PP2 run, rank SLOW 1.6x slow from step ONSET, with GPU rows."""
+def slow_run(
+    store, recording, throttle: bool, foreign_on: tuple[int, ...] = (), odd: dict | None = None
+) -> str:
+    """A DP2 x TP2 x PP2 run, rank SLOW 1.6x slow from step ONSET, with GPU rows; its GPU
+    answers ``odd`` (default :data:`THERMAL`) where ``throttle``."""
     cfg = SynthConfig(
         dp=2, tp=2, pp=2, steps=24, seed=1, faults=(f"slow:rank={SLOW},factor=1.6,from_step={ONSET}",)
     )  # fmt: skip
@@ -97,8 +106,8 @@ def slow_run(store, recording, throttle: bool, foreign_on: tuple[int, ...] = ())
     t0, t1 = int(data.steps["start_ns"].min()), int(data.steps["end_ns"].max())
     onset = int(data.steps.loc[data.steps["step"] == ONSET, "start_ns"].min())
     normal = collector_rows(recording)
-    odd = collector_rows(recording, THERMAL) if throttle else normal
-    samples, procs = gpu_tables(data.ranks, t0, t1, normal, odd, onset, foreign_on, cfg.run_id)
+    slow = collector_rows(recording, odd or THERMAL) if throttle else normal
+    samples, procs = gpu_tables(data.ranks, t0, t1, normal, slow, onset, foreign_on, cfg.run_id)
     store.insert("gpu_samples", samples)
     store.insert("gpu_procs", procs)
     return cfg.run_id
@@ -110,9 +119,9 @@ def the_straggler(store, run_id: str):
     return found[0]
 
 
-def test_thermal_slowdown_is_gpu_throttle_with_the_nvml_reason(store, recording):
+def test_thermal_slowdown_is_gpu_thermal_with_the_nvml_reason(store, recording):
     f = the_straggler(store, slow_run(store, recording, throttle=True))
-    assert f.cause == "gpu_throttle"
+    assert f.cause == "gpu_thermal" and "heat" in f.summary
     ev = f.evidence["gpu_clocks"]
     assert ev["nvml_reason"]["name"] == "hw_thermal_slowdown"
     assert ev["nvml_reason"]["bit"] == "0x40"
@@ -122,6 +131,15 @@ def test_thermal_slowdown_is_gpu_throttle_with_the_nvml_reason(store, recording)
     # every GPU in the recording runs at its power cap: that is no cause by itself
     assert ev["peers_slowdown_share"] == {"sw_power_cap": 1.0}
     assert ev["gpu"]["index"] == SLOW and "GPU" in f.summary
+
+
+def test_a_power_brake_is_gpu_throttle_not_heat(store, recording):
+    f = the_straggler(store, slow_run(store, recording, throttle=True, odd=POWER_BRAKE))
+    assert f.cause == "gpu_throttle" and "heat" not in f.summary
+    ev = f.evidence["gpu_clocks"]
+    assert ev["nvml_reason"]["name"] == "hw_power_brake_slowdown"
+    assert ev["nvml_reason"]["bit"] == "0x80"
+    assert ev["max_temperature_c"] < 92.0  # the recording's own temperature
 
 
 def test_another_process_on_its_gpu_is_gpu_contention(store, recording):
@@ -201,4 +219,4 @@ def test_a_rank_without_a_gpu_uuid_is_found_through_its_process(store, recording
     assert tables.gpus == {r: uuids[r] for r in (SLOW, 0, 1, 4)}
     assert set(tables.samples["gpu_uuid"]) == {uuids[r] for r in (SLOW, 0, 1, 4)}
     job = data.ranks[["rank", "host", "pid"]]
-    assert gpu_cause(SLOW, [0, 1, 4], tables, job, run_id, 0)[0] == "gpu_throttle"
+    assert gpu_cause(SLOW, [0, 1, 4], tables, job, run_id, 0)[0] == "gpu_thermal"

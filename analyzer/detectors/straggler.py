@@ -39,6 +39,7 @@ _WHAT = {
     "gc": "compute, through Python GC pauses",
     "cpu_contention": "compute, through CPU contention on its core",
     "gpu_throttle": "compute, through its GPU's clocks slowed down (NVML clock-event reason)",
+    "gpu_thermal": "compute, through its GPU's clocks slowed down by heat (NVML thermal slowdown)",
     "gpu_contention": "compute, through another process on its GPU",
 }
 
