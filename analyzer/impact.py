@@ -37,9 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ranksight.vocab import Kind
+
 from .findings import Finding
 
-COSTS_STEP_TIME = ("straggler", "slow_communication", "transient_straggler")
+COSTS_STEP_TIME = (Kind.STRAGGLER, Kind.SLOW_COMMUNICATION, Kind.TRANSIENT_STRAGGLER)
 """Finding kinds whose impact is a share of the job step (and so compose)."""
 
 _MS = 1e6
@@ -101,7 +103,7 @@ def _onset(f: Finding) -> int | None:
 def measured(f: Finding, wall: pd.Series) -> tuple[Finding, str | None]:
     """``f`` with its impact measured before/after where the run allows (rule 1), else
     marked as an estimate (rule 2); a note where the estimate was far off the measure."""
-    if f.kind not in COSTS_STEP_TIME or f.kind == "transient_straggler":
+    if f.kind not in COSTS_STEP_TIME or f.kind == Kind.TRANSIENT_STRAGGLER:
         return f, None  # transient stragglers are measured step by step already
     onset = _onset(f)
     m = before_after(wall, onset) if onset is not None else None

@@ -15,6 +15,7 @@ import dataclasses
 
 import pandas as pd
 
+from ranksight.vocab import Kind
 from ranksight.words import counted
 
 from .findings import Finding
@@ -41,7 +42,7 @@ def straggler_impacts(
         return findings, []
     out, notes = [], []
     for f in findings:
-        if f.kind != "straggler" or f.culprit_rank < 0 or f.culprit_rank not in coords.index:
+        if f.kind != Kind.STRAGGLER or f.culprit_rank < 0 or f.culprit_rank not in coords.index:
             out.append(f)
             continue
         try:
@@ -126,7 +127,7 @@ def replay_impacts(
     faster balancing the stages would make the job once the culprit is fixed; a worker
     problem when fixing the worker gains more. Findings stay as they were (with a note)
     when there is nothing to replay or the records do not replay."""
-    todo = [f for f in findings if f.kind == "straggler" and f.culprit_rank >= 0]
+    todo = [f for f in findings if f.kind == Kind.STRAGGLER and f.culprit_rank >= 0]
     if not todo or data.fetch_ops is None:
         return findings, []
     phases, colls = data.fetch_ops()

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ranksight.analyzer import Analysis, Finding
 from ranksight.analyzer.imported import is_imported
-from ranksight.vocab import NOT_FAULTS
+from ranksight.vocab import NOT_FAULTS, Kind
 from ranksight.words import counted, span
 
 EXIT_CLEAN = 0
@@ -148,7 +148,7 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
             f"(confidence {f.confidence:.2f}, impact {f.impact_pct:.0f}%)"
         )
         console.print(Panel(escape(f.summary), title=escape(title), border_style="red"))
-        if f.kind != "straggler":
+        if f.kind != Kind.STRAGGLER:
             _print_evidence(f, console)
             continue
         phases = Table(title="self time per call vs same-stage peers", show_lines=False)
@@ -316,9 +316,9 @@ def to_markdown(analysis: Analysis, run: dict | None = None) -> str:
             lines += ["| phase | rank ms | peers ms | ratio |", "|---|---|---|---|"]
             lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
             lines.append("")
-        elif f.kind != "straggler":
+        elif f.kind != Kind.STRAGGLER:
             lines += [f"- {k}: {v}" for k, v in _evidence_lines(f)] + [""]
-        if f.kind == "straggler":
+        if f.kind == Kind.STRAGGLER:
             lines += [f"{_waits_title(f)}:", "", "| by | ms |", "|---|---:|"]
             lines += [f"| {by} | {ms} |" for by, ms in _wait_rows(f)]
             lines += ["", f"Victims (waited directly): {_victims(f)}.", ""]

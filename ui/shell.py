@@ -19,6 +19,7 @@ from ranksight.ui.data.runs import run_status, stopped_reporting
 from ranksight.ui.guard import NoData, page_guard
 from ranksight.ui.state import PAGES, Selection, parse_selection
 from ranksight.ui.views import hang, heatmap, hosts, mesh, overview, runs, timeline
+from ranksight.vocab import Kind
 
 VIEWS = {
     "runs": runs,
@@ -105,7 +106,7 @@ def _context(url: str, cfg: UiConfig, sel: Selection) -> PageContext:
     row, attempt = _attempt(url, listed, picked, sel.attempt)
     mark = cache.run_mark(url, picked, attempt)
     view = cache.run_view(url, picked, attempt, mark)
-    hangs = sum(f.kind == "hang" for f in view.findings)
+    hangs = sum(f.kind == Kind.HANG for f in view.findings)
     status = run_status(
         str(row["stored_status"]),
         max(mark.last_end_ns, mark.updated_ns),

@@ -14,13 +14,15 @@ import dataclasses
 
 import pandas as pd
 
+from ranksight.vocab import Kind
+
 from . import calls, crash, desync, hang, hardware, reported, stacks, startup
 from .evidence import Evidence, evidence_of, finding, ranks_text
 
 DETECTORS = (hardware, desync, crash, reported, hang, calls, stacks, startup)
 """Every log detector, each a module with ``detect``."""
 
-ORDER = ("hardware", "network", "desync", "crash", "hang")
+ORDER = (Kind.HARDWARE, Kind.NETWORK, Kind.DESYNC, Kind.CRASH, Kind.HANG)
 """Finding kinds, cause first: the report's first finding is the one to act on."""
 
 
@@ -89,11 +91,11 @@ FOLD_CONFIDENCE = 0.45
 def _fold(findings: list, notes: list[str]) -> list:
     """The hang a desync, a hardware error or a crash explains goes into its evidence (as
     ``analyzer/diagnose.py`` folds a live hang into its desync)."""
-    cause = next((f for f in findings if f.kind in ("desync", "hardware", "network", "crash")
+    cause = next((f for f in findings if f.kind in (Kind.DESYNC, Kind.HARDWARE, Kind.NETWORK, Kind.CRASH)
                   and f.confidence >= FOLD_CONFIDENCE), None)  # fmt: skip
     if cause is None:
         return findings
-    hangs = [f for f in findings if f.kind == "hang" and f.culprit_rank < 0]
+    hangs = [f for f in findings if f.kind == Kind.HANG and f.culprit_rank < 0]
     if not hangs:
         return findings
     out = []

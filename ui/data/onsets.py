@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from ranksight.analyzer import Finding
 from ranksight.store import Store
+from ranksight.vocab import Kind
 
 from .run import RUN, RunView
 
 LAST_STEPS = f"SELECT rank, max(step) AS last FROM steps WHERE {RUN} GROUP BY rank"
 
-STOPPED = {"hang": "hung in this step", "crash": "crashed in this step"}
+STOPPED = {Kind.HANG: "hung in this step", Kind.CRASH: "crashed in this step"}
 """Finding kinds that mark where progress stopped rather than where a slowdown began,
 and what their mark on the overview says."""
 

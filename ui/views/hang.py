@@ -19,6 +19,7 @@ from ranksight.ui.data import stacks
 from ranksight.ui.data.hang import group_summary, open_ops, suspects
 from ranksight.ui.guard import NoData
 from ranksight.ui.live import ago
+from ranksight.vocab import Kind
 
 MEMBER_COLUMNS = {
     "rank": "rank",
@@ -79,7 +80,7 @@ def _verdict(
 ) -> None:
     summary = group_summary(progress, named)
     stuck = summary[(summary["lagging"] != "") | (summary["stuck"] != "")]
-    hangs = [f for f in ctx.selected_run.findings if f.kind == "hang"]
+    hangs = [f for f in ctx.selected_run.findings if f.kind == Kind.HANG]
     for f in hangs:  # the stored analysis, when the run was analyzed
         st.error(f"Analysis: {f.summary}")
     if not stuck.empty and ctx.status == "running" and not hangs and not named:
