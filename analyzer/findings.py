@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ranksight.mesh import MORE_AXES
 from ranksight.vocab import NOT_FAULTS, Cause, Kind, cause_of, kind_of
 from ranksight.words import span
 
@@ -22,11 +23,18 @@ def coords_at(coords: pd.DataFrame, rank: int) -> dict[str, Any]:
     return coords.loc[rank].to_dict() if rank in coords.index else dict(NO_COORDS)
 
 
+MORE_AXES_KEY = "mesh_axes"
+"""Where a finding's :attr:`Finding.axes` (beyond dp, tp, pp) ride in the ``findings``
+table's ``evidence_json``."""
+
+
 def finding_at(kind: Kind, cause: Cause, rank: int, coords: pd.DataFrame, **kw: Any) -> Finding:
-    """A finding naming ``rank`` at its coordinates in ``coords`` (:func:`coords_at`);
+    """A finding naming ``rank`` at its coordinates in ``coords`` (:func:`coords_at`; a
+    column of :data:`ranksight.mesh.MORE_AXES`, where the table has one, goes in ``axes``);
     ``kw``: the other :class:`Finding` fields (confidence, impact_pct, summary, evidence)."""
     c = coords_at(coords, rank)
-    return Finding(
+    more = {a: int(c[a]) for a in MORE_AXES if a in c and c[a] == c[a]}
+    f = Finding(
         kind=kind,
         cause=cause,
         culprit_rank=int(rank),
@@ -36,6 +44,7 @@ def finding_at(kind: Kind, cause: Cause, rank: int, coords: pd.DataFrame, **kw: 
         pp=int(c["pp"]),
         **kw,
     )
+    return replace(f, axes=more) if more else f
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +55,10 @@ class Finding:
     step time would drop by 25%. ``confidence`` is in [0, 1]. ``evidence`` holds the
     numbers the finding rests on (times in ns unless a key says otherwise). ``kind`` and
     ``cause`` are words of :mod:`ranksight.vocab`; a plain string is taken as its word,
-    and an unknown one raises ValueError naming it.
+    and an unknown one raises ValueError naming it. ``dp``, ``tp``, ``pp`` are the
+    culprit's coordinates on the three axes every run has (-1: none); ``axes`` holds any
+    further ones by axis name (``{"cp": 1, "ep": 3}``: context or expert parallel), and
+    :meth:`coords` all of them.
     """
 
     kind: Kind
@@ -60,10 +72,16 @@ class Finding:
     impact_pct: float
     summary: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    axes: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", kind_of(self.kind))
         object.__setattr__(self, "cause", cause_of(self.cause))
+
+    def coords(self) -> dict[str, int]:
+        """The culprit's coordinate on every mesh axis the finding knows, by axis name:
+        dp, tp, pp, then :attr:`axes`."""
+        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, **self.axes}
 
     def who(self) -> str:
         """Whom the finding names, for titles (never ``rank -1``): ``rank N``; ``stage N``
@@ -88,6 +106,8 @@ class Finding:
         """The ``findings`` table row for this finding."""
         row = asdict(self)
         evidence = row.pop("evidence")
+        if row.pop("axes"):  # the findings table has dp, tp, pp columns; others ride along
+            evidence = {**evidence, MORE_AXES_KEY: dict(self.axes)}
         row["kind"], row["cause"] = self.kind.value, self.cause.value
         return {
             "run_id": run_id,
@@ -101,12 +121,15 @@ class Finding:
     @classmethod
     def from_row(cls, row: dict) -> Finding:
         """Inverse of :meth:`to_row` (ignores run_id, attempt, analyzed_ns, finding_id)."""
-        names = [f for f in cls.__dataclass_fields__ if f != "evidence"]
+        names = [f for f in cls.__dataclass_fields__ if f not in ("evidence", "axes")]
         kw = {n: row[n] for n in names}
         for n in ("culprit_rank", "dp", "tp", "pp"):
             kw[n] = int(kw[n])
         kw["confidence"], kw["impact_pct"] = float(kw["confidence"]), float(kw["impact_pct"])
-        return cls(**kw, evidence=json.loads(row.get("evidence_json") or "{}"))
+        evidence = json.loads(row.get("evidence_json") or "{}")
+        axes = evidence.pop(MORE_AXES_KEY, None) if isinstance(evidence, dict) else None
+        axes = {str(a): int(c) for a, c in axes.items()} if isinstance(axes, dict) else {}
+        return cls(**kw, evidence=evidence, axes=axes)
 
 
 def _json_default(o: Any) -> Any:

@@ -36,6 +36,11 @@ class MeshAxis(str, enum.Enum):
 MESH_AXES: tuple[MeshAxis, ...] = (MeshAxis.DP, MeshAxis.PP, MeshAxis.TP)
 """Axes in the order used by ``init_device_mesh`` in the reference trainer (outermost first)."""
 
+MORE_AXES: tuple[str, ...] = ("cp", "ep")
+"""Axes some jobs add beyond dp, tp, pp: context parallel (sequence shards that exchange
+keys and values) and expert parallel (MoE experts that all-to-all tokens). A finding
+carries a rank's coordinate on them (``Finding.axes``) where its coordinates name them."""
+
 MESH_DIM_NAMES: tuple[str, ...] = tuple(axis.value for axis in MESH_AXES)
 """``mesh_dim_names`` passed to ``init_device_mesh``: ("dp", "pp", "tp")."""
 

@@ -236,3 +236,26 @@ def test_a_pairs_onset_is_read_over_its_own_buckets_not_the_empty_steps_between(
     (g,) = find_slow_groups(pd.DataFrame(pairs + colls), {"pp:2>0": "pp", "pp:3>1": "pp",
                             "tp0": "tp"}, {"pp:2>0": [2, 0], "pp:3>1": [3, 1]})  # fmt: skip
     assert (g.group_id, g.onset_step) == ("pp:2>0", 6)
+
+
+def test_a_finding_carries_mesh_axes_beyond_dp_tp_pp_through_the_store_row() -> None:
+    """A rank's cp/ep coordinates ride on its finding and survive the findings table's
+    row (dp, tp, pp columns; the rest in evidence_json); a finding without them is as
+    before."""
+    from ranksight.analyzer.findings import Finding, finding_at
+    from ranksight.vocab import Cause, Kind
+
+    coords = pd.DataFrame(
+        {"dp": [0, 1], "tp": [0, 0], "pp": [1, 1], "cp": [0, 1], "ep": [2, 3], "host": "n0"}
+    ).set_index(pd.Index([0, 1]))
+    f = finding_at(Kind.STRAGGLER, Cause.COMPUTE, 1, coords, confidence=0.5, impact_pct=1.0,
+                   summary="s", evidence={"a": 1})  # fmt: skip
+    assert f.axes == {"cp": 1, "ep": 3}
+    assert f.coords() == {"dp": 1, "tp": 0, "pp": 1, "cp": 1, "ep": 3}
+    row = f.to_row("r", 0, 1, 0)
+    assert (row["dp"], row["tp"], row["pp"]) == (1, 0, 1) and "axes" not in row
+    assert Finding.from_row(row) == f
+    plain = finding_at(Kind.NAN, Cause.NUMERICS, 0, coords[["dp", "tp", "pp", "host"]],
+                       confidence=0.9, impact_pct=100.0, summary="n")  # fmt: skip
+    assert plain.axes == {} and Finding.from_row(plain.to_row("r", 0, 1, 1)) == plain
+    assert "mesh_axes" not in plain.to_row("r", 0, 1, 1)["evidence_json"]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from ranksight.mesh import MORE_AXES
 from ranksight.vocab import Kind
 
 from ..findings import Finding
@@ -92,11 +93,13 @@ class RunContext:
 
     @cached_property
     def coords(self) -> pd.DataFrame:
-        """rank -> dp, tp, pp, host (the ``ranks`` table, indexed by rank)."""
+        """rank -> dp, tp, pp, host (the ``ranks`` table, indexed by rank), and any
+        further mesh axis it has (``ranksight.mesh.MORE_AXES``)."""
         cols = ["dp", "tp", "pp", "host"]
         if self.data.ranks.empty:
             return pd.DataFrame(columns=cols)
-        return self.data.ranks.set_index("rank")[cols]
+        more = [a for a in MORE_AXES if a in self.data.ranks.columns]
+        return self.data.ranks.set_index("rank")[cols + more]
 
     @cached_property
     def step_ns(self) -> pd.Series:
