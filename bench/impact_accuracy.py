@@ -50,8 +50,8 @@ import uuid
 from dataclasses import dataclass
 
 from ranksight import env as rs_env
-from ranksight import launch
 from ranksight.faultmatrix import SHAPE
+from ranksight.launcher import processes as launch
 
 
 @dataclass(frozen=True, slots=True)

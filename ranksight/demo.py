@@ -17,8 +17,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ranksight import env, launch
+from ranksight import env
 from ranksight import report as rep
+from ranksight.launcher import processes as launch
 from ranksight.torchrun_log import record_failures
 from ranksight.trainer_hooks.config import new_run_id
 from ranksight.words import counted

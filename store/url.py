@@ -23,7 +23,7 @@ never for a command line, where every user of the host can read it: the CLI refu
 (:func:`refuse_password`). TLS: ``clickhouses://``, verified against the system's CAs or
 ``$RANKSIGHT_CH_CA_CERTS``. A URL's password is read in one place (:func:`split_password`);
 an agent ranksight starts gets it by environment, never on its command line, and the
-training job never gets it (``ranksight/launch.py``). Passwords never appear in errors or
+training job never gets it (``ranksight/launcher/processes.py``). Passwords never appear in errors or
 logs (:func:`redact`).
 Compression of a server's traffic: lz4, or ``$RANKSIGHT_CH_COMPRESSION`` (``lz4``, ``none``).
 """

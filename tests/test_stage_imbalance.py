@@ -9,11 +9,11 @@ import subprocess
 import pandas as pd
 import pytest
 
-from ranksight import launch
 from ranksight.agent import Agent, AgentConfig
 from ranksight.analyzer import analyze
 from ranksight.analyzer.detectors.imbalance import ImbalanceConfig, imbalance_findings, severity
 from ranksight.analyzer.slice_replay import replay_ranks
+from ranksight.launcher import processes as launch
 from ranksight.report import to_markdown
 from ranksight.store import open_store
 from ranksight.synthetic import SynthConfig, write_synthetic

@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from ranksight import env
-from ranksight.launch import job_env
 from ranksight.launcher import LaunchConfig, job_environment
+from ranksight.launcher.processes import job_env
 from ranksight.store import StoreError, open_store
 from ranksight.store.server import LocalServer, start_local_server
 from ranksight.store.url import redact, split_password

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ranksight.analyzer import analyze
-from ranksight.synth_timeline import stage_order, topo_order
 from ranksight.synthetic import SynthConfig, layout_for, rows_per_rank_step, write_synthetic
+from ranksight.synthetic.timeline import stage_order, topo_order
 
 
 def _write(store, *faults: str, steps: int = 16, **kw):

@@ -39,14 +39,13 @@ LAYERS: list[tuple[int, str]] = [
     (1, "ranksight.mesh"), (1, "ranksight.vocab"), (1, "ranksight.ownership"), (1, "ranksight"),
     (2, "ranksight.trainer_hooks"), (2, "ranksight.store"),
     (3, "ranksight.collectors"), (3, "ranksight.importer"), (3, "ranksight.reference_trainer"),
-    (3, "ranksight.synthetic"), (3, "ranksight.synth_faults"), (3, "ranksight.synth_rows"),
-    (3, "ranksight.synth_timeline"), (3, "ranksight.synth_progress"), (3, "ranksight.torchrun_log"),
+    (3, "ranksight.synthetic"), (3, "ranksight.torchrun_log"),
     (3, "ranksight.settings"),
     (4, "ranksight.agent"),
     (5, "ranksight.analyzer"),
     (6, "ranksight.report"), (6, "ranksight.ui"),
-    (7, "ranksight.cli"), (7, "ranksight.demo"), (7, "ranksight.launch"), (7, "ranksight.launcher"),
-    (7, "ranksight.faultmatrix"), (7, "ranksight.faultmatrix_run"), (7, "ranksight.faultmatrix_report"),
+    (7, "ranksight.cli"), (7, "ranksight.demo"), (7, "ranksight.launcher"),
+    (7, "ranksight.faultmatrix"),
     (7, "ranksight.agent.command"),
 ]  # fmt: skip
 """(layer, module prefix); the longest matching prefix decides (``ranksight.agent.command``

@@ -28,8 +28,8 @@ def faultmatrix(
     """Run each fault scenario (and clean runs) on 8 CPU ranks; exit 0 only if all are right."""
     from ranksight import env
     from ranksight.faultmatrix import pick
-    from ranksight.faultmatrix_report import passed, print_table, to_json, to_markdown
-    from ranksight.faultmatrix_run import MatrixConfig, run_matrix
+    from ranksight.faultmatrix.report import passed, print_table, to_json, to_markdown
+    from ranksight.faultmatrix.run import MatrixConfig, run_matrix
     from ranksight.store import StoreError
 
     try:

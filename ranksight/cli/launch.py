@@ -1,4 +1,4 @@
-"""``ranksight launch``: the CLI over ``ranksight/launcher.py``."""
+"""``ranksight launch``: the CLI over ``ranksight/launcher/__init__.py``."""
 
 from __future__ import annotations
 

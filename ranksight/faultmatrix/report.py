@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from ranksight.faultmatrix_run import Row
+from ranksight.faultmatrix.run import Row
 
 COLUMNS = ("scenario", "fault", "expected", "found", "verdict", "detect s", "detect steps",
            "false findings")  # fmt: skip
@@ -87,7 +87,7 @@ def to_markdown(rows: Sequence[Row], command: str) -> str:
         "agent, analyzed every few seconds while it runs and once after. "
         f"**{right}/{len(rows)} right.**",
         "",
-        "Verdicts and expected findings: see `ranksight/faultmatrix.py`. *detect s*: seconds "
+        "Verdicts and expected findings: see `ranksight/faultmatrix/__init__.py`. *detect s*: seconds "
         "from the fault taking effect (the injector's log line) to the first analysis that "
         "made the expected finding; *detect steps*: steps completed from the fault's first "
         "step until then.",

@@ -1,7 +1,7 @@
 """Faults in synthetic runs: the reference trainer's fault specs applied to the timing model.
 
 ==========  ===========================================================================
-kind        effect on :class:`~ranksight.synth_timeline.StepInputs` and rows
+kind        effect on :class:`~ranksight.synthetic.timeline.StepInputs` and rows
 ==========  ===========================================================================
 slow        the rank's forward/backward compute x ``factor`` on active steps
 slow_link   ``group=tp``: the rank's TP group's all_reduce takes ``delay_ms`` longer;
@@ -28,8 +28,8 @@ import pandas as pd
 
 from ranksight.mesh import coords_of
 from ranksight.reference_trainer.faults import FaultSpec
-from ranksight.synth_rows import Mesh
-from ranksight.synth_timeline import StepInputs
+from ranksight.synthetic.rows import Mesh
+from ranksight.synthetic.timeline import StepInputs
 
 if TYPE_CHECKING:
     from ranksight.synthetic import SynthConfig

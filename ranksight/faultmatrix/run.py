@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ranksight import launch
 from ranksight.faultmatrix import SHAPE, Expectation, Scenario, expectation, matches, score
+from ranksight.launcher import processes as launch
 from ranksight.reference_trainer.faults import faults_ground_truth, parse_faults
 from ranksight.torchrun_log import record_failures
 

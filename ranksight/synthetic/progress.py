@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ranksight.synth_rows import Mesh
+from ranksight.synthetic.rows import Mesh
 
 STREAMS = ("tp", "dp", "send_down", "send_up", "recv_down", "recv_up")
 """Per rank: TP group, DP group, sends to stage pp-1 / pp+1, recvs from pp-1 / pp+1."""

@@ -37,7 +37,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ranksight import env, launch
+from ranksight import env
+from ranksight.launcher import processes as launch
 from ranksight.trainer_hooks.config import LEVELS, new_run_id
 
 STATUSES = ("running", "finished", "failed", "killed")
@@ -148,7 +149,7 @@ def node_rank(command: Sequence[str]) -> int:
 def agent_running(spool: str, store_url: str) -> bool:
     """Whether a node agent already ships ``spool`` to ``store_url`` (it holds the lock of
     its state folder, ``agent/agent.py``): one given the URL with its password (from
-    ``$RANKSIGHT_STORE``), or without it (as :func:`ranksight.launch.start_agent` starts
+    ``$RANKSIGHT_STORE``), or without it (as :func:`ranksight.launcher.processes.start_agent` starts
     one)."""
     from ranksight.store import open_store
     from ranksight.store.url import split_password
@@ -177,7 +178,7 @@ def _holds_lock(spool: str, key: str) -> bool:
 
 def job_environment(cfg: LaunchConfig, run_id: str, spool: str, store_url: str) -> dict[str, str]:
     """The job's environment: ours on top of the caller's (see the module doc), with no
-    store password in it (:func:`ranksight.launch.public_env`: the hooks never talk to
+    store password in it (:func:`ranksight.launcher.processes.public_env`: the hooks never talk to
     the store)."""
     from ranksight.trainer_hooks.autoattach import AUTOLOAD_DIR
 

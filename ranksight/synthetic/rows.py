@@ -1,4 +1,4 @@
-"""Rows of the store's tables from a synthetic :class:`~ranksight.synth_timeline.Timeline`.
+"""Rows of the store's tables from a synthetic :class:`~ranksight.synthetic.timeline.Timeline`.
 
 Every frame is built with numpy over whole arrays (no Python loop over ranks or rows).
 Columns are the store schema's (``store/schema.py``); ``run_id`` and ``attempt`` are
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ranksight.synth_timeline import Timeline, stage_order
+from ranksight.synthetic.timeline import Timeline, stage_order
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,8 @@
 ``ranksight synth --ranks 16384 --steps 100 --inject slow:rank=1234,factor=1.5,from_step=20``
 writes one run into a store, shaped like the reference trainer's records: ranks laid out
 as ``rank = (dp * PP + pp) * TP + tp``, 8 ranks (GPUs) per host, a 1F1B pipeline step
-(:mod:`ranksight.synth_timeline`), and the rows the hooks would write
-(:mod:`ranksight.synth_rows`).
+(:mod:`ranksight.synthetic.timeline`), and the rows the hooks would write
+(:mod:`ranksight.synthetic.rows`).
 
 Rows per rank and step (``m`` microbatches, default ``m = pp``; a TP all_reduce per
 microbatch forward and backward stands for the several a transformer stage issues):
@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from ranksight.reference_trainer.faults import FaultSpec, faults_ground_truth, parse_faults
-from ranksight.synth_faults import (
+from ranksight.synthetic.faults import (
     SUPPORTED,
     apply_faults,
     edit_rows,
@@ -51,8 +51,8 @@ from ranksight.synth_faults import (
     rank_of,
     stop_of,
 )
-from ranksight.synth_progress import Progress
-from ranksight.synth_rows import (
+from ranksight.synthetic.progress import Progress
+from ranksight.synthetic.rows import (
     Mesh,
     dp_collectives,
     p2p_collectives,
@@ -60,7 +60,7 @@ from ranksight.synth_rows import (
     steps_frame,
     tp_collectives,
 )
-from ranksight.synth_timeline import StepInputs, simulate
+from ranksight.synthetic.timeline import StepInputs, simulate
 
 _MS = 1e6
 
