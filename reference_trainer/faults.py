@@ -29,6 +29,11 @@ gc_pauses       delay_ms*, every, from_step,            every ``every`` steps (d
                 until_step                              garbage collection of ``delay_ms`` on a
                                                         different rank in turn (0, 3, 6, ... mod
                                                         the world size): slowness that moves
+slow_turns      factor*, every, from_step, until_step   every ``every`` steps (default 3) one
+                                                        rank's compute is ``factor`` x slower for
+                                                        that step, ranks in turn as for
+                                                        ``gc_pauses``: long sequences or a hot
+                                                        expert landing on another rank
 nan             rank*, from_step                        the pipeline stage output of ``rank`` turns
                                                         NaN (the loss of its replica is NaN)
 none            --                                      nothing (a clean run)
@@ -37,8 +42,9 @@ none            --                                      nothing (a clean run)
 Example: ``slow:rank=3,factor=4,from_step=5`` makes rank 3 four times slower from step 5
 (the sixth step) on.
 
-To add a kind: add an entry to :data:`FAULT_KINDS`, any new key to :data:`_KEY_TYPES` and
-as a :class:`FaultSpec` field, and an injector in :mod:`ranksight.reference_trainer.inject`.
+To add a kind: its injector in a module of its own (``reference_trainer/inject_<kind>.py``,
+an ``injector.Injector``), and its entry in :data:`FAULT_KINDS` naming it; a new key also
+goes in :data:`_KEY_TYPES` and as a :class:`FaultSpec` field.
 """
 
 from __future__ import annotations
@@ -60,6 +66,9 @@ class FaultKind:
     """Keys the spec may give (defaults are the FaultSpec field defaults)."""
     summary: str
     """One line saying what the fault does."""
+    injector: str = ""
+    """``module:Class`` of its injector (``reference_trainer/injector.py: Injector``),
+    imported only by the rank that runs it (parsing a spec needs no torch); empty: none."""
 
 
 FAULT_KINDS: dict[str, FaultKind] = {
@@ -67,52 +76,69 @@ FAULT_KINDS: dict[str, FaultKind] = {
         required=("rank", "factor"),
         optional=("from_step", "until_step"),
         summary="microbatch forward/backward compute on `rank` takes `factor` x as long",
+        injector="ranksight.reference_trainer.inject:SlowCompute",
     ),
     "slow_link": FaultKind(
         required=("rank", "delay_ms"),
         optional=("group", "from_step", "until_step"),
         summary="collectives of `rank`'s `group` (tp, dp) complete `delay_ms` late on every "
         "member; pp: `rank`'s sends leave `delay_ms` late",
+        injector="ranksight.reference_trainer.inject_comm:SlowLink",
     ),
     "hang": FaultKind(
         required=("rank",),
         optional=("from_step",),
         summary="`rank` blocks forever before its first collective of `from_step`",
+        injector="ranksight.reference_trainer.inject_comm:Hang",
     ),
     "crash": FaultKind(
         required=("rank",),
         optional=("from_step",),
         summary="the process of `rank` exits abruptly (code 17) in its first forward of `from_step`",
+        injector="ranksight.reference_trainer.inject:Crash",
     ),
     "desync": FaultKind(
         required=("rank", "mode"),
         optional=("from_step",),
         summary="at `from_step` `rank` skips (mode=skip) or resizes (mode=resize) one TP collective",
+        injector="ranksight.reference_trainer.inject_comm:Desync",
     ),
     "data_stall": FaultKind(
         required=("rank", "delay_ms"),
         optional=("from_step", "until_step"),
         summary="data loading on `rank` takes `delay_ms` longer per step (inside data_wait)",
+        injector="ranksight.reference_trainer.inject_host:DataStall",
     ),
     "cpu_contention": FaultKind(
         required=("rank",),
         optional=("procs", "from_step"),
         summary="`procs` busy processes pinned to `rank`'s core, `rank` pinned there too",
+        injector="ranksight.reference_trainer.inject_host:CpuContention",
     ),
     "gc_storm": FaultKind(
         required=("rank",),
         optional=("from_step", "until_step"),
         summary="allocation churn and gc.collect() in every microbatch forward/backward on `rank`",
+        injector="ranksight.reference_trainer.inject:GcStorm",
     ),
     "gc_pauses": FaultKind(
         required=("delay_ms",),
         optional=("every", "from_step", "until_step"),
         summary="every `every` steps a garbage collection of `delay_ms` on another rank in turn",
+        injector="ranksight.reference_trainer.inject:GcPauses",
+    ),
+    "slow_turns": FaultKind(
+        required=("factor",),
+        optional=("every", "from_step", "until_step"),
+        summary="every `every` steps one rank's compute is `factor` x slower for that step, "
+        "another rank in turn",
+        injector="ranksight.reference_trainer.inject_slow_turns:SlowTurns",
     ),
     "nan": FaultKind(
         required=("rank",),
         optional=("from_step",),
         summary="the pipeline stage output of `rank` becomes NaN from `from_step` on",
+        injector="ranksight.reference_trainer.inject_host:NanOutput",
     ),
     "none": FaultKind(required=(), optional=(), summary="no fault"),
 }
@@ -147,7 +173,7 @@ class FaultSpec:
     rank: int | None = None
     """Global rank the fault hits (None for kinds that hit no single rank)."""
     factor: float | None = None
-    """Slow-down factor for ``slow``: 4.0 = compute takes four times as long."""
+    """Slow-down factor of ``slow`` and ``slow_turns``: 4.0 = compute takes four times as long."""
     from_step: int = 0
     """First step (0-based, as recorded by the hooks) at which the fault is active."""
     until_step: int | None = None
@@ -161,7 +187,7 @@ class FaultSpec:
     procs: int | None = None
     """``cpu_contention``: busy processes sharing the rank's core (2 when not given)."""
     every: int | None = None
-    """``gc_pauses``: steps between two pauses (3 when not given)."""
+    """``gc_pauses``, ``slow_turns``: steps between two turns (3 when not given)."""
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -236,7 +262,7 @@ class FaultSpec:
         return f"{self.kind}:{','.join(parts)}" if parts else self.kind
 
     def paused_rank(self, step: int, world_size: int) -> int | None:
-        """``gc_pauses``: the rank whose turn it is at ``step`` (every ``every`` steps from
+        """``gc_pauses``, ``slow_turns``: the rank whose turn it is at ``step`` (every ``every`` steps from
         ``from_step``, ranks 0, 3, 6, ... modulo ``world_size``: a different pipeline
         stage and replica each time), else None."""
         every = self.every or 3

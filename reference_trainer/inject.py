@@ -43,21 +43,20 @@ import torch
 
 from ranksight.reference_trainer.faults import FaultSpec
 from ranksight.reference_trainer.inject_comm import announce
+from ranksight.reference_trainer.injector import (
+    STAGE_COMPUTE_METHODS,
+    FaultContext,
+    Injector,
+    StageWrapper,
+    StepClock,
+    build_injectors,
+)
 
-STAGE_COMPUTE_METHODS = ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk")
-"""``PipelineStage`` methods that hold one microbatch's compute (1F1B calls the first two)."""
+__all__ = ["STAGE_COMPUTE_METHODS", "StepClock"]  # kept here for the trainer and its tests
 
 
 @dataclass(slots=True)
-class StepClock:
-    """The step the training loop is in (0-based); faults read it to know if they are on."""
-
-    step: int = -1
-    """Current step; -1 before the first."""
-
-
-@dataclass(slots=True)
-class SlowCompute:
+class SlowCompute(StageWrapper):
     """Stretches every wrapped call on this rank to ``spec.factor`` times its duration."""
 
     spec: FaultSpec
@@ -68,6 +67,10 @@ class SlowCompute:
     """Synchronised around the timed call when it is a CUDA device."""
     injected_s: float = 0.0
     """Total seconds slept so far (the injected delay, for the summary)."""
+
+    @classmethod
+    def for_rank(cls, spec: FaultSpec, ctx: FaultContext) -> SlowCompute | None:
+        return cls(spec=spec, clock=ctx.clock, device=ctx.device) if spec.rank == ctx.rank else None
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -99,7 +102,7 @@ CRASH_EXIT_CODE = 17
 
 
 @dataclass(slots=True)
-class Crash:
+class Crash(StageWrapper):
     """Ends this rank's process abruptly (``os._exit``, no clean-up, like a segfault or an
     OOM kill) at the first wrapped call once the fault is active."""
 
@@ -109,6 +112,10 @@ class Crash:
     """Shared with the training loop."""
     injected_s: float = 0.0
     """Always 0 (kept for the summary's uniform shape)."""
+
+    @classmethod
+    def for_rank(cls, spec: FaultSpec, ctx: FaultContext) -> Crash | None:
+        return cls(spec=spec, clock=ctx.clock) if spec.rank == ctx.rank else None
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` that kills the process instead once the fault is active."""
@@ -133,7 +140,7 @@ process holding many objects, since a full collection walks them all)."""
 
 
 @dataclass(slots=True)
-class GcStorm:
+class GcStorm(StageWrapper):
     """Allocation churn and a full ``gc.collect()`` before every wrapped call once active:
     the Python garbage collector's pauses land inside the rank's forward/backward."""
 
@@ -143,6 +150,10 @@ class GcStorm:
     """Shared with the training loop."""
     injected_s: float = 0.0
     """Total seconds spent in churn and collections."""
+
+    @classmethod
+    def for_rank(cls, spec: FaultSpec, ctx: FaultContext) -> GcStorm | None:
+        return cls(spec=spec, clock=ctx.clock) if spec.rank == ctx.rank else None
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` preceded by a garbage storm while the fault is active."""
@@ -165,7 +176,7 @@ class GcStorm:
 
 
 @dataclass(slots=True)
-class GcPauses:
+class GcPauses(StageWrapper):
     """On this rank's turns (``FaultSpec.paused_rank``), one garbage collection in its
     first compute call of the step that lasts ``delay_ms``: the collection is real
     (``gc.collect()``), and a ``gc.callbacks`` entry added after every other holds it in its
@@ -183,6 +194,11 @@ class GcPauses:
     injected_s: float = 0.0
     """Total seconds of injected pauses on this rank."""
     _last: int = -1
+
+    @classmethod
+    def for_rank(cls, spec: FaultSpec, ctx: FaultContext) -> GcPauses:
+        """Every rank: each takes its turns (``FaultSpec.paused_rank``)."""
+        return cls(spec=spec, clock=ctx.clock, rank=ctx.rank, world_size=ctx.world_size)
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` preceded, on this rank's turn, by one long garbage collection."""
@@ -214,35 +230,15 @@ class GcPauses:
         self.injected_s += time.perf_counter() - start
 
 
-StageInjector = SlowCompute | Crash | GcStorm | GcPauses
-STAGE_KINDS = {"slow": SlowCompute, "crash": Crash, "gc_storm": GcStorm}
-"""Fault kinds injected by wrapping the stage's compute methods."""
-
-
 def install_faults(
     stage: Any, specs: Iterable[FaultSpec], *, rank: int, clock: StepClock, device: torch.device
-) -> list[StageInjector]:
-    """Wrap ``stage``'s compute methods with every ``slow``, ``crash`` and ``gc_storm``
-    fault in ``specs`` that targets ``rank``, and every ``gc_pauses`` (other kinds are installed by
-    :class:`~ranksight.reference_trainer.fault_runtime.FaultRuntime`).
-
-    Call before ``hooks.instrument_pipeline_stage(stage)``. Returns the installed injectors
-    (empty on ranks without such faults).
-    """
-    injectors: list[StageInjector] = []
-    for spec in specs:
-        if spec.kind == "gc_pauses":  # every rank takes turns
-            dist = torch.distributed
-            world = dist.get_world_size() if dist.is_initialized() else 1
-            injector: StageInjector = GcPauses(spec=spec, clock=clock, rank=rank, world_size=world)
-        elif spec.rank != rank or spec.kind not in STAGE_KINDS:
-            continue
-        elif spec.kind == "slow":
-            injector = SlowCompute(spec=spec, clock=clock, device=device)
-        else:
-            injector = STAGE_KINDS[spec.kind](spec=spec, clock=clock)
-        for name in STAGE_COMPUTE_METHODS:
-            if hasattr(stage, name):
-                setattr(stage, name, injector.wrap(getattr(stage, name)))
-        injectors.append(injector)
-    return injectors
+) -> list[Injector]:
+    """Wrap ``stage``'s compute methods with every fault in ``specs`` whose injector wraps
+    the stage compute (``slow``, ``crash``, ``gc_storm`` on ``rank``; ``gc_pauses`` on
+    every rank); the others are left to ``FaultRuntime``. Call before
+    ``hooks.instrument_pipeline_stage(stage)``. Returns the installed injectors."""
+    ctx = FaultContext(rank=rank, shape={"dp": 1, "tp": 1, "pp": 1}, clock=clock, device=device)
+    wrappers = [i for i in build_injectors(specs, ctx) if isinstance(i, StageWrapper)]
+    for injector in wrappers:
+        injector.install_stage(stage, None)
+    return list(wrappers)

@@ -65,6 +65,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ranksight.mesh import coords_of, rank_of
 from ranksight.reference_trainer.faults import FaultSpec
+from ranksight.reference_trainer.injector import FaultContext, Injector
 
 if TYPE_CHECKING:
     from torch.distributed.distributed_c10d import GroupName
@@ -132,7 +133,7 @@ def announce(spec: FaultSpec, step: int, what: str) -> None:
 
 
 @dataclass(eq=False)
-class SlowLink(TorchDispatchMode):
+class SlowLink(TorchDispatchMode, Injector):
     """Under the hooks: every op of the slow group completes ``delay_ms`` late (see the
     module doc). ``members``: the group's global ranks; install on members only."""
 
@@ -153,6 +154,27 @@ class SlowLink(TorchDispatchMode):
 
     def __post_init__(self) -> None:
         super().__init__()
+
+    @classmethod
+    def for_rank(cls, spec: FaultSpec, ctx: FaultContext) -> SlowLink | None:
+        """Every member of the slowed group (:func:`group_members`)."""
+        members = group_members(spec, ctx.shape)
+        return cls(spec=spec, clock=ctx.clock, members=members) if ctx.rank in members else None
+
+    def enter_below(self) -> None:
+        """Patch the work waits and, but for ``pp`` (the patched waits and posts suffice),
+        enter the dispatch mode under the hooks."""
+        self.patch_waits()
+        if self.spec.link_group != "pp":
+            self.__enter__()
+            self.entered = True
+
+    def close(self) -> None:
+        """Leave the dispatch mode (after the hooks close) and unpatch the waits."""
+        if self.entered:
+            self.__exit__(None, None, None)
+            self.entered = False
+        self.unpatch()
 
     def _on(self) -> bool:
         return self.spec.active_at(self.clock.step)
@@ -291,7 +313,7 @@ class SlowLink(TorchDispatchMode):
 
 
 @dataclass(eq=False)
-class Desync:
+class Desync(Injector):
     """Over the hooks, on ``spec.rank`` only: wraps ``funcol.all_reduce`` (what DTensor's TP
     calls) after the hooks have wrapped it, and skips or resizes the rank's first TP
     all_reduce of ``from_step`` (module doc)."""
@@ -304,6 +326,19 @@ class Desync:
     done: bool = False
     """Whether the fault has fired (it fires once)."""
     _original: Callable[..., Any] | None = None
+
+    @classmethod
+    def for_rank(cls, spec: FaultSpec, ctx: FaultContext) -> Desync | None:
+        if spec.rank != ctx.rank:
+            return None
+        probe = FaultSpec(kind="slow_link", rank=ctx.rank, delay_ms=1.0, group="tp")
+        return cls(spec=spec, clock=ctx.clock, tp_members=group_members(probe, ctx.shape))
+
+    def enter_above(self) -> None:
+        self.install()
+
+    def exit_above(self) -> None:
+        self.uninstall()
 
     def install(self) -> None:
         """Wrap ``torch.distributed._functional_collectives.all_reduce`` (after attach)."""
@@ -344,7 +379,7 @@ def _funcol_ranks(group: Any, tag: str) -> tuple[int, ...]:
 
 
 @dataclass(slots=True)
-class Hang:
+class Hang(Injector):
     """``spec.rank`` blocks forever once its data is loaded in ``from_step``: before its
     first collective or send/recv of the step, so the hooks never see it enter one."""
 

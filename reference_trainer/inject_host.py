@@ -27,13 +27,14 @@ import torch
 
 from ranksight.reference_trainer.faults import FaultSpec
 from ranksight.reference_trainer.inject_comm import announce
+from ranksight.reference_trainer.injector import FaultContext, Injector
 
 _BUSY = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 _PR_SET_PDEATHSIG = 1
 
 
 @dataclass(slots=True)
-class DataStall:
+class DataStall(Injector):
     """Sleeps ``spec.delay_ms`` in every data_wait of active steps."""
 
     spec: FaultSpec
@@ -57,7 +58,7 @@ def _die_with_parent() -> None:
 
 
 @dataclass(slots=True)
-class CpuContention:
+class CpuContention(Injector):
     """Busy processes beside the rank on one core, from ``spec.from_step`` on."""
 
     spec: FaultSpec
@@ -95,7 +96,7 @@ class CpuContention:
 
 
 @dataclass(slots=True)
-class NanOutput:
+class NanOutput(Injector):
     """Turns the stage module's forward output NaN on active steps."""
 
     spec: FaultSpec
@@ -104,9 +105,14 @@ class NanOutput:
     injected_s: float = 0.0
     _told: bool = False
 
-    def install(self, module: torch.nn.Module) -> None:
+    @classmethod
+    def for_rank(cls, spec: FaultSpec, ctx: FaultContext) -> NanOutput | None:
+        return cls(spec=spec, clock=ctx.clock) if spec.rank == ctx.rank else None
+
+    def install_stage(self, stage: Any, module: torch.nn.Module | None) -> None:
         """Register the forward hook on ``module`` (the pipeline stage's module)."""
-        module.register_forward_hook(self._hook)
+        if module is not None:
+            module.register_forward_hook(self._hook)
 
     def _hook(self, module: torch.nn.Module, inputs: Any, output: Any) -> Any:
         if not self.spec.active_at(self.clock.step) or not isinstance(output, torch.Tensor):

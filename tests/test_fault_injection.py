@@ -170,7 +170,7 @@ def test_data_stall_sleeps_only_when_active():
 def test_nan_output_turns_the_stage_output_nan():
     clock = StepClock(step=0)
     module = torch.nn.Linear(4, 4)
-    NanOutput(spec=parse_fault("nan:rank=0,from_step=1"), clock=clock).install(module)
+    NanOutput(spec=parse_fault("nan:rank=0,from_step=1"), clock=clock).install_stage(None, module)
     assert torch.isfinite(module(torch.ones(2, 4))).all()
     clock.step = 1
     assert torch.isnan(module(torch.ones(2, 4))).all()
@@ -241,3 +241,45 @@ def test_slow_pipeline_link_holds_the_receiver_not_the_sender(tmp_path):
     # wait for the held receiver to post its next recv: back-pressure, as on a slow link)
     first = send[send["step"] >= 1].sort_values("enqueue_ns").groupby("step").head(1)
     assert ((first["end_ns"] - first["enqueue_ns"]) / 1e6 < 60).all()
+
+
+def test_every_fault_kind_names_its_injector_and_a_wrong_one_is_refused():
+    """The fault seam: each kind of FAULT_KINDS names one Injector class, found on use."""
+    from ranksight.reference_trainer.faults import FAULT_KINDS, FaultKind
+    from ranksight.reference_trainer.injector import Injector, injector_class
+
+    kinds = [k for k in FAULT_KINDS if k != "none"]
+    assert {k: issubclass(injector_class(k), Injector) for k in kinds} == dict.fromkeys(kinds, True)
+    FAULT_KINDS["bogus_test_kind"] = FaultKind((), (), "x", injector="ranksight.mesh:coords_of")
+    try:
+        with pytest.raises(ValueError, match="bogus_test_kind.*not an Injector"):
+            injector_class("bogus_test_kind")
+    finally:
+        del FAULT_KINDS["bogus_test_kind"]
+
+
+def test_slow_turns_slow_each_rank_in_its_turn_only():
+    """``slow_turns`` through the seam: every rank gets the injector, and a rank's compute
+    is ``factor`` x as long only in the steps that are its turn (rank 3: step 6 of
+    ``from_step=4, every=2``; turns go 0, 3, 6, 1, ...)."""
+    import time
+
+    class TimedStage:
+        def forward_one_chunk(self):
+            time.sleep(0.02)
+
+    specs = parse_faults(["slow_turns:factor=4,every=2,from_step=4"])
+    assert [specs[0].paused_rank(s, 8) for s in (4, 5, 6, 8)] == [0, None, 3, 6]
+    clock = StepClock(step=0)
+    took = {}
+    for rank in (3, 5):
+        stage = TimedStage()
+        (turns,) = install_faults(stage, specs, rank=rank, clock=clock, device=torch.device("cpu"))
+        turns.world_size = 8  # the job's (no process group here)
+        for step in (4, 6, 8):
+            clock.step = step
+            t0 = time.perf_counter()
+            stage.forward_one_chunk()
+            took[rank, step] = time.perf_counter() - t0
+    assert took[3, 6] >= 0.075 and took[5, 6] < 0.05  # 4 x 20 ms on its turn only
+    assert max(took[3, 4], took[3, 8], took[5, 4], took[5, 8]) < 0.05

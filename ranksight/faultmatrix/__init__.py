@@ -27,6 +27,8 @@ gc_storm        straggler             gc              the rank
 nan             nan                   any             the rank
 gc_pauses       transient_straggler   gc              no single rank (-1): each pause is on
                                                       another rank
+slow_turns      transient_straggler   compute         no single rank (-1): each slow step is
+                                                      on another rank
 none            (no finding)
 ==============  ====================  ==============  =====================================
 
@@ -66,6 +68,7 @@ EXPECTED: dict[str, tuple[str, str | None]] = {
     "gc_storm": ("straggler", "gc"),
     "nan": ("nan", None),
     "gc_pauses": ("transient_straggler", "gc"),
+    "slow_turns": ("transient_straggler", "compute"),
 }
 """Fault kind -> (finding kind, cause or None for any)."""
 
@@ -114,6 +117,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("gc_storm", "gc_storm:rank=2,from_step=4"),
     Scenario("nan", "nan:rank=7,from_step=6"),
     Scenario("gc_pauses", "gc_pauses:delay_ms=2500,every=3,from_step=4"),
+    Scenario("slow_turns", "slow_turns:factor=4,every=2,from_step=4", steps=20),
     Scenario("slow-late", "slow:rank=5,factor=3,from_step=12", steps=20,
              impact_method="before/after"),
     Scenario("uneven_split", "none", layer_split=(3, 1)),
