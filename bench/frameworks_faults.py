@@ -1,6 +1,6 @@
 """Faults from outside the job on every trainer under zero-code attach: the full matrix.
 
-Every trainer of ``tests/frameworks.py`` :data:`FRAMEWORKS` (plain DDP, FSDP2, the
+Every trainer of ``tests/helpers/frameworks.py`` :data:`FRAMEWORKS` (plain DDP, FSDP2, the
 Hugging Face Trainer, Lightning under torchrun and under its own launcher; 4 CPU ranks on
 gloo, ``ranksight launch --``) with every fault of :data:`FAULTS` (none, a CPU quota on
 rank 1's cgroup, SIGSTOP of rank 1, SIGKILL of rank 1), one short job each, judged by
@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.frameworks import FAULTS, FRAMEWORKS, Outcome, described, run_case  # noqa: E402
+from tests.helpers.frameworks import FAULTS, FRAMEWORKS, Outcome, described, run_case  # noqa: E402
 
 
 def _found(o: Outcome) -> str:

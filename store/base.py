@@ -31,7 +31,7 @@ class Store(abc.ABC):
     ``store/schema.py``), and takes values only as ``%(name)s`` parameters, which are
     bound by escaping (clickhouse-driver's rules), never by string formatting.
 
-    Found by running the same queries on 18.16 and chdb 26 (``tests/test_store.py``):
+    Found by running the same queries on 18.16 and chdb 26 (``tests/store/test_store.py``):
 
     - alias every sub-query that is joined (26 rejects ``JOIN (SELECT ..) USING``);
     - join keys must have the same type on 18.16 (``UInt32`` vs ``Int32`` is an error;

@@ -46,7 +46,7 @@ def escape_param(item: object, server_tz: str = "UTC") -> object:
     in ``server_tz`` (an aware one converted, a naive one as it is); ``date``, ``time``,
     ``UUID`` quoted; ``str`` quoted with ``\\``, ``'`` and control characters escaped;
     ``list`` -> ``[..]``, ``tuple`` -> ``(..)``; an ``Enum`` as its value; anything else
-    (numbers) as it is. ``tests/test_store_sql.py`` checks it against the driver's."""
+    (numbers) as it is. ``tests/store/test_store_sql.py`` checks it against the driver's."""
     if item is None:
         return "NULL"
     if isinstance(item, dt.datetime):

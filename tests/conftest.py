@@ -1,4 +1,6 @@
-"""Shared fixtures: a private ClickHouse server for the session, and store URLs.
+"""Shared fixtures of every tier: a private ClickHouse server for the session, and store
+URLs; and the tier markers (``unit``, ``multiprocess``, ``store``, ``ui``, ``e2e``), set on
+each test from the folder it is in.
 
 The server is Debian's ``clickhouse-server`` (18.16), started by
 ``ranksight.store.server`` on free loopback ports in a temp folder. If it is not
@@ -84,3 +86,19 @@ def hooked_job_spool(tmp_path_factory: pytest.TempPathFactory) -> str:
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return spool
+
+
+TIERS = ("unit", "multiprocess", "store", "ui", "e2e")
+"""The folders of tests/, one a tier; each is also a marker (pyproject.toml), so
+``pytest -m unit`` runs one tier."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks each test with the tier of the folder it is in (tests/<tier>/...)."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    for item in items:
+        rel = os.path.relpath(str(item.path), root)
+        tier = rel.split(os.sep, 1)[0]
+        if tier in TIERS:
+            item.add_marker(tier)

@@ -13,7 +13,7 @@ if ! command -v clickhouse-server >/dev/null && [ ! -x /usr/sbin/clickhouse-serv
 fi
 
 # Debian's ZooKeeper (with a Java runtime) for the replicated-cluster test
-# (tests/test_cluster_replicated.py starts its own on a loopback port)
+# (tests/store/test_cluster_replicated.py starts its own on a loopback port)
 if [ ! -x /usr/share/zookeeper/bin/zkServer.sh ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
@@ -33,4 +33,5 @@ python3 -m pip install -q -e '.[test]'
 
 python3 -m ruff check .
 python3 tools/typecheck.py  # mypy on the package by import path; non-zero on any error
+# every tier: tests/{unit,multiprocess,store,ui,e2e} (one of them: bash tests/run.sh -m unit)
 python3 -m pytest -q -ra "$@"

@@ -1,0 +1,181 @@
+"""The text-log reader (ranksight/importer/logs) on real posted lines from the corpus
+(tests/data/realworld: each case's case.json names its thread): what a line says, read
+the way it is written."""
+
+from __future__ import annotations
+
+import os
+
+from ranksight.importer.logs import read_file
+from ranksight.importer.logs.lines import logical_lines, split_prefix
+from tests.helpers.realworld import CORPUS
+
+
+def _case(name: str, file: str = "console.log") -> str:
+    return os.path.join(CORPUS, name, file)
+
+
+def _lines(name: str, file: str = "console.log") -> list[str]:
+    with open(_case(name, file), encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def test_group_rank_is_not_the_global_rank() -> None:
+    """nccl#1610: global rank 15 prints [Rank 1] and [PG ID 11 PG GUID 112 Rank 0]."""
+    ev = read_file(_case("wd-nccl1610-timestamp-prefix-two-pgguids-alltoall"))
+    status = {(e.rank, e.pg): e for e in ev if e.kind == "status"}
+    assert status[(15, "112")].group_rank == 0 and status[(15, "112")].seq == 57
+    assert status[(13, "119")].group_rank == 1 and status[(13, "119")].seq == 216
+    assert {e.rank for e in ev if e.kind == "timeout"} == {13, 15}
+
+
+def test_prefixes_of_real_consoles() -> None:
+    """Prefixes as posted: a viewer's line numbers, Ray's actor tag, torchrun's rank."""
+    first = _lines("wd-llamafactory7396-lineno-prefix-pg1-allreduce", "part1.log")[0]
+    text, rank, _, _ = split_prefix(first)
+    assert rank == 0 and text.startswith("[E321")
+    ray = _lines("wd-vllm6042-ray-prefix-gather-pg1")[1]
+    assert split_prefix(ray)[1] == 1
+
+
+def test_fixed_width_wrap_is_joined() -> None:
+    """VLM-R1#257: a terminal wrapped the heartbeat monitor's message at 116 columns."""
+    lines = list(logical_lines(_lines("ho-vlmr1-257-heartbeat-stuck-hardwrapped-rank6")))
+    assert "ProcessGroupNCCL's watchdog got stuck for 480 seconds" in lines[0].text
+    ev = read_file(_case("ho-vlmr1-257-heartbeat-stuck-hardwrapped-rank6"))
+    (stuck,) = [e for e in ev if e.kind == "watchdog_stuck"]
+    assert stuck.rank == 6 and stuck.code == 480
+
+
+def test_blocking_wait_is_the_same_timeout() -> None:
+    """diffusers#12422: each rank prints the watchdog line and the blocking-wait line."""
+    ev = read_file(_case("wd-diffusers12422-blocking-wait-allreduce"))
+    timeouts = [e for e in ev if e.kind == "timeout"]
+    assert len({(e.rank, e.seq) for e in timeouts}) == len(timeouts)
+
+
+def test_unsigned_numel_is_stored_as_unknown() -> None:
+    """nccl#1504: COALESCED P2P prints NumelIn=18446744073709551615 (-1 as unsigned)."""
+    ev = read_file(_case("wd-nccl1504-pipelining-coalesced-p2p-seq1", "part1.log"))
+    rows = [e.row() for e in ev if e.kind == "timeout"]
+    assert rows and all(-(1 << 63) <= r["numel_in"] < (1 << 63) for r in rows)
+
+
+def test_torchrun_summary_and_fatal_signals() -> None:
+    ev = read_file(_case("cx-robomamba-sigkill-local5"))
+    (cf,) = [e for e in ev if e.kind == "child_failed"]
+    assert cf.local_rank == 5 and cf.code == -9 and cf.detail["signal"] == "SIGKILL"
+    ucx = read_file(_case("ho-megatron516-ucx-bus-error-signal7-during-nccl-init"))
+    assert {(e.pid, e.code) for e in ucx if e.kind == "fatal_signal"} == {(5283, 7), (5279, 7)}
+
+
+def test_a_file_name_never_overrides_the_line(tmp_path) -> None:
+    """open-r1#620's part3.log holds rank 2's lines: saved as rank5.log it is still rank
+    2; lines that name only ranks of a group ([Rank 3]) do not take the file's number
+    either; a file whose lines name no rank at all does."""
+    import shutil
+
+    from ranksight.importer import ImportConfig, import_paths
+    from ranksight.store import open_store
+
+    shutil.copy(
+        _case("wd-openr1-620-hardwrapped-broadcast-seq4", "part3.log"), tmp_path / "rank5.log"
+    )
+    shutil.copy(_case("cx-returnn1500-aer-fatal-cmplto", "dmesg.txt"), tmp_path / "rank9.log")
+    shutil.copy(_case("cx-gcd-broadcast-timeout-rank0-silent"), tmp_path / "rank7.log")
+    store = open_store(str(tmp_path / "store"))
+    store.init_schema()
+    result = import_paths(store, [str(tmp_path / "rank5.log")], ImportConfig(run_id="a"))
+    assert [f.rank for f in result.imported] == [2]
+    ranks = store.query("SELECT DISTINCT rank FROM log_events WHERE run_id = 'a' AND rank >= 0")
+    assert 5 not in set(ranks["rank"])
+    result = import_paths(store, [str(tmp_path / "rank9.log")], ImportConfig(run_id="b"))
+    assert [f.rank for f in result.imported] == [9]  # a kernel log: its lines name no rank
+    import_paths(store, [str(tmp_path / "rank7.log")], ImportConfig(run_id="c"))
+    q = "SELECT DISTINCT rank FROM log_events WHERE run_id = 'c' AND kind = 'timeout'"
+    assert list(store.query(q)["rank"]) == [-1]  # [Rank 1..3] of a group, not rank 7
+
+
+def test_nothing_imported_leaves_no_run(tmp_path) -> None:
+    """An import of files that are no artifact writes no run (it would be listed as a
+    finished run of world size 0)."""
+    from ranksight.importer import ImportConfig, import_paths
+    from ranksight.store import open_store
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "random.bin").write_bytes(bytes(range(256)) * 64)
+    store = open_store(str(tmp_path / "store"))
+    store.init_schema()
+    result = import_paths(store, [str(tmp_path / "in")], ImportConfig(run_id="x"))
+    assert not result.imported
+    assert store.query("SELECT count() AS n FROM runs WHERE run_id = 'x'")["n"].iloc[0] == 0
+
+
+def _store(tmp_path):
+    from ranksight.store import open_store
+
+    store = open_store(str(tmp_path / "store"))
+    store.init_schema()
+    return store
+
+
+def test_fifo_and_undecodable_names_are_handled(tmp_path) -> None:
+    """A FIFO in the folder is named and skipped (reading it would block forever); a file
+    whose name is not UTF-8 is imported under a printable name."""
+    import shutil
+
+    from ranksight.importer import ImportConfig, import_paths
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    os.mkfifo(folder / "pipe")
+    odd = os.fsdecode(b"console-\xff.log")
+    shutil.copy(_case("cx-gcd-broadcast-timeout-rank0-silent"), os.path.join(folder, odd))
+    store = _store(tmp_path)
+    result = import_paths(store, [str(folder)], ImportConfig(run_id="f"))
+    by = {os.path.basename(f.path): f for f in result.files}
+    assert "not a regular file" in by["pipe"].message and by["pipe"].kind is None
+    (name,) = [f.path for f in result.imported]
+    name.encode("utf-8")  # valid text: stored and printed as it is
+    assert "\ufffd" in name
+    files = store.query("SELECT DISTINCT file FROM log_events WHERE run_id = 'f'")["file"]
+    assert list(files) == [name]
+
+
+def test_a_file_that_breaks_a_reader_is_named_and_the_rest_imported(tmp_path, monkeypatch) -> None:
+    from ranksight.importer import ImportConfig, import_paths
+    from ranksight.importer.formats.pyspy import PySpy
+
+    def broken(self, path, rank):
+        raise TypeError("frames is not a list")
+
+    monkeypatch.setattr(PySpy, "read", broken)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    dump = os.path.join(os.path.dirname(CORPUS), "realdata", "handed", "pyspy_loader_stall_8r")
+    (folder / "pyspy.txt").write_bytes(open(os.path.join(dump, "rank0.txt"), "rb").read())
+    (folder / "console.log").write_bytes(
+        open(_case("cx-gcd-broadcast-timeout-rank0-silent"), "rb").read()
+    )
+    store = _store(tmp_path)
+    result = import_paths(store, [str(folder)], ImportConfig(run_id="b"))
+    (bad,) = result.failed
+    assert bad.path.endswith("pyspy.txt") and "TypeError: frames is not a list" in bad.message
+    assert [os.path.basename(f.path) for f in result.imported] == ["console.log"]
+
+
+def test_pyspy_pasted_in_a_log_is_read_with_the_log(tmp_path) -> None:
+    """A console with a py-spy dump pasted after its timeouts is a log: the timeouts and
+    the dump are both read (it was taken for one py-spy dump, its timeouts dropped)."""
+    from ranksight.importer import ImportConfig, import_paths
+
+    mixed = tmp_path / "mixed.log"
+    mixed.write_bytes(open(_case("cx-gcd-broadcast-timeout-rank0-silent"), "rb").read()
+                      + open(_case("cx-pt135703-pyspy-zero3-stuck", "pyspy.txt"), "rb").read())  # fmt: skip
+    store = _store(tmp_path)
+    import_paths(store, [str(mixed)], ImportConfig(run_id="m"))
+    kinds = store.query(
+        "SELECT kind, count() AS n FROM log_events WHERE run_id = 'm' GROUP BY kind"
+    )
+    got = dict(zip(kinds["kind"], kinds["n"], strict=True))
+    assert got["timeout"] == 3 and got["stack"] == 1
