@@ -9,7 +9,9 @@ such step costs the whole job, however briefly each rank is slow.
 Method, per analyzed step (all ranks' step records and per-rank self times):
 
 1. The job's step (first rank's start to last rank's end) against the median job step of
-   the analyzed steps: a step more than ``step_excess`` over it is slow.
+   the analyzed steps: a step more than ``step_excess`` over it is slow, and so is one
+   only ``lone_step_excess`` over it where one rank's own busy time was ``lone_ratio``
+   times its stage's median (step 2).
 2. In a slow step, each rank's own busy time (compute and data-loading self time, which
    leaves out the time it waited in collectives) against the median of its pipeline
    stage in that step: the rank with the largest excess is the step's slow rank, if that
@@ -52,6 +54,13 @@ class TransientConfig:
     step_excess: float = 0.5
     """A job step this share over the median job step is slow (0.5 = 50% longer: a loaded
     host's jitter on a CPU job stays under it; a GC pause or a long sequence does not)."""
+    lone_step_excess: float = 0.2
+    """A job step only this share over the median is slow too where one rank's own busy
+    time in it is :attr:`lone_ratio` times its stage's median: a lone rank that slow is no
+    host jitter (which slows every rank of a step alike), and the pipeline hides part of
+    its excess (a 4x slower rank's step measured 40% longer on 8 gloo ranks)."""
+    lone_ratio: float = 2.0
+    """See :attr:`lone_step_excess`."""
     explained_share: float = 0.5
     """The slow rank's own excess must be at least this share of the step's excess."""
     min_steps: int = 3
@@ -66,6 +75,11 @@ class TransientConfig:
     """Tokens this share over the step's median count as a data imbalance."""
 
     def __post_init__(self) -> None:
+        if not 0 < self.lone_step_excess <= self.step_excess or self.lone_ratio < 1:
+            raise ValueError(
+                f"lone_step_excess must be in (0, step_excess] and lone_ratio >= 1, got "
+                f"{self.lone_step_excess}, {self.lone_ratio}"
+            )
         for name in ("step_excess", "explained_share", "min_run_share", "one_rank_share"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)}")
@@ -109,7 +123,7 @@ def slow_steps(
     wall = (by["end_ns"].max() - by["start_ns"].min()).astype(float)
     base = float(wall.median())
     run_ns = float(wall.sum())
-    late = wall[wall > base * (1.0 + cfg.step_excess)]
+    late = wall[wall > base * (1.0 + cfg.lone_step_excess)]
     if late.empty:
         return [], base, run_ns
     t = totals[totals["step"].isin(late.index)].copy()
@@ -128,6 +142,9 @@ def slow_steps(
         i = excess.idxmax()
         step_excess = float(late[step]) - base
         if excess[i] < cfg.explained_share * step_excess:
+            continue
+        lone = float(rows.at[i, "busy"]) >= cfg.lone_ratio * float(med.at[i, "busy"])
+        if step_excess < cfg.step_excess * base and not lone:
             continue
         rank = int(rows.at[i, "rank"])
         extra = float(excess[i])
