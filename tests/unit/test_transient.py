@@ -14,24 +14,28 @@ MS = 1_000_000
 STEP_MS = 150
 
 
-def run(slow: dict[int, tuple[int, float, str]], world=8, steps=20, seed=0, tokens=None):
+def run(slow: dict[int, tuple[int, float, str]], world=8, steps=20, seed=0, tokens=None, shown=1.0):
     """Step records and per-rank self times of a synchronous job: ``slow`` maps step ->
     (rank, extra ms, "gc" | "compute" | "data"); every rank ends the step when the
-    slowest does (it waits in a collective, which self time leaves out)."""
+    slowest does (it waits in a collective, which self time leaves out). ``shown``: the
+    share of a slow rank's extra that lengthens the step (below 1: a pipeline that
+    overlapped the rest with other stages' work)."""
     rng = np.random.default_rng(seed)
     rows, totals, t = [], [], 0
     for step in range(steps):
         busy = {r: STEP_MS * 0.8 * MS * (1 + 0.03 * rng.standard_normal()) for r in range(world)}
         gc = dict.fromkeys(range(world), 0.2 * MS)
         data = dict.fromkeys(range(world), 0.3 * MS)
+        hidden = 0.0
         if step in slow:
             r, extra, how = slow[step]
             busy[r] += extra * MS
+            hidden = (1.0 - shown) * extra * MS
             if how == "gc":
                 gc[r] += extra * MS
             if how == "data":
                 data[r] += extra * MS
-        length = max(busy.values()) + 0.2 * STEP_MS * MS
+        length = max(busy.values()) - hidden + 0.2 * STEP_MS * MS
         for r in range(world):
             start = t + int(rng.integers(0, 2 * MS))
             tok = tokens(step, r) if tokens else 1024
@@ -117,3 +121,30 @@ def test_a_clean_run_and_a_few_cheap_blips_name_nothing():
 def test_bad_thresholds_are_refused():
     with pytest.raises(ValueError, match="step_excess"):
         TransientConfig(step_excess=0)
+
+
+TURNS = {4: 0, 6: 3, 8: 6, 10: 1, 12: 4, 14: 7, 16: 2, 18: 5}
+"""The ``slow_turns`` fault's turns (step -> rank) with every=2 from step 4 on 8 ranks."""
+
+
+def test_a_lone_rank_4x_slow_is_found_though_the_pipeline_hides_most_of_it():
+    """A rank 4x its stage in its step (extra 3 x 120 ms) that lengthens the job step by
+    only about 35% (shown 15%): under the 50% gate, but no host jitter slows one rank alone."""
+    slow = {s: (r, 360.0, "compute") for s, r in TURNS.items()}
+    (findings, _), steps = find(slow, shown=0.15)
+    [f] = findings
+    assert (f.kind, f.cause, f.culprit_rank) == ("transient_straggler", "compute", -1)
+    assert [p["step"] for p in f.evidence["per_step"]] == sorted(TURNS)
+    assert f.impact_pct == pytest.approx(100 * measured_share(steps), abs=0.2)
+
+
+def test_a_rank_1_5x_its_stage_in_a_30_percent_longer_step_is_not_a_lone_straggler():
+    """The same steps 30% longer, each held by one rank only 1.5x its stage: under both
+    gates (jitter, or a mild slowdown the 50% gate leaves alone)."""
+    slow = {s: (r, 60.0, "compute") for s, r in TURNS.items()}
+    (findings, _), _ = find(slow, shown=0.75)
+    assert findings == []
+    strict = TransientConfig(lone_ratio=1.4)
+    steps, totals, coords = run(slow, shown=0.75)
+    analyzed = sorted(steps["step"].unique())[1:]
+    assert transient_findings(steps, totals, coords, analyzed, [], strict)[0]  # can fire
