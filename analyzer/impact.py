@@ -3,7 +3,7 @@ with a stated error, and impacts that together never exceed the measured excess.
 
 A finding's first impact is an estimate: the culprit's excess time taken to be on the
 critical path (``detectors/straggler.py: _impact``), or a what-if replay of its pipeline where the replay
-reproduces the measured step (``replay_impact.py``). Both can overstate it: a delay that
+reproduces the measured step (``whatif/impact.py``). Both can overstate it: a delay that
 overlapped other work, or a replay that does not model the run. So:
 
 1. **Before/after.** Where the run has at least ``min_before`` analyzed steps before the

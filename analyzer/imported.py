@@ -1,7 +1,7 @@
 """What a run's ``meta_json`` says of runs made by ``ranksight import`` (``"source":
 "import"``, and the ranks whose artifact was damaged). Imported runs get snapshot-based
 hang findings (``detectors/postmortem.py``) instead of the live stall test, and what-if
-replay impacts for stragglers (``replay_impact.py: replay_impacts``)."""
+replay impacts for stragglers (``whatif/impact.py: replay_impacts``)."""
 
 from __future__ import annotations
 

@@ -16,9 +16,10 @@ import pandas as pd
 from ranksight.store import Store, StoreError
 from ranksight.store.schema import RUN as _RUN
 
-from . import causes, gpu_causes, links, slice_replay
+from . import causes, gpu_causes, links
 from .detectors import crash, desync, hang, slow_comm
 from .straggler import COMPUTE_PHASES, DATA_PHASES
+from .whatif import slice as slice_replay
 
 # Aggregates never reuse the name of a column they read (an alias is visible to the whole
 # query on both dialects); frames are renamed to the column names after the query.
@@ -235,7 +236,7 @@ class RunData:
     log_events: pd.DataFrame = field(default_factory=pd.DataFrame)
     """What an imported job's text logs said (``LOG_EVENTS``); empty for a hooked run."""
     fetch_ops: Callable[[], tuple[pd.DataFrame, pd.DataFrame]] | None = None
-    """Loads the raw ``(phases, collectives)`` rows for the what-if replay (``whatif.py``);
+    """Loads the raw ``(phases, collectives)`` rows for the what-if replay (``whatif/engine.py``);
     None where not available."""
     fetch_waits: Callable[[list[int]], tuple[pd.DataFrame, pd.DataFrame]] | None = None
     """Loads ``(arrivals, p2p)`` for the given holder ranks from the store; None: the

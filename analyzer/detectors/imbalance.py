@@ -15,7 +15,7 @@ follows it (:data:`SEVERITY`):
   few of its ranks); stages need at least two ranks (with one, a slow stage and a slow rank
   cannot be told apart); a slowest stage over :data:`NOTE_RATIO` but under the thresholds
   is a note;
-- impact: a what-if replay (``slice_replay.py``) of every pipeline without stragglers, all
+- impact: a what-if replay (``whatif/slice.py``) of every pipeline without stragglers, all
   data-parallel replicas where :func:`slice_replay.replay_ranks` holds them, with the
   stages' work spread evenly, used only where its step as it ran is within
   :data:`REPLAY_TOLERANCE` of the measured job step; else :func:`estimate` from the
@@ -35,7 +35,8 @@ from ranksight.words import counted
 
 from ..findings import Finding
 from ..impact import job_steps
-from ..slice_replay import (
+from ..straggler import COMPUTE_PHASES, self_time
+from ..whatif.slice import (
     ReplayError,
     groups_of,
     measured_step_ms,
@@ -44,7 +45,6 @@ from ..slice_replay import (
     replay_slice,
     window,
 )
-from ..straggler import COMPUTE_PHASES, self_time
 from .base import Detector, RunContext, Stage, of_kind
 
 

@@ -7,7 +7,7 @@ peer median, after MegaScale section 5). A flagged rank that mostly waited for a
 flagged rank is a victim, not a culprit (``analyzer/waits.py``). Cause: data loader or
 compute, refined by the host (``analyzer/causes.py``: GC, CPU contention) and the GPU
 (``analyzer/gpu_causes.py``). Impact: before/after where the run has steps before the
-onset, else a what-if replay (``analyzer/replay_impact.py``), else the excess estimate
+onset, else a what-if replay (``analyzer/whatif/impact.py``), else the excess estimate
 (:func:`_impact`); checked and composed afterwards (``analyzer/impact.py``).
 """
 
@@ -24,9 +24,9 @@ from ..causes import refine_cause
 from ..findings import Finding
 from ..gpu_causes import refine_gpu_cause
 from ..impact import can_measure, job_steps
-from ..replay_impact import replay_impacts, straggler_impacts
 from ..straggler import SlowRank
 from ..waits import WaitSummary, summarize_waits
+from ..whatif.impact import replay_impacts, straggler_impacts
 from .base import Detector, RunContext, Stage
 
 if TYPE_CHECKING:

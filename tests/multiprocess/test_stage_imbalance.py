@@ -12,7 +12,7 @@ import pytest
 from ranksight.agent import Agent, AgentConfig
 from ranksight.analyzer import analyze
 from ranksight.analyzer.detectors.imbalance import ImbalanceConfig, imbalance_findings, severity
-from ranksight.analyzer.slice_replay import replay_ranks
+from ranksight.analyzer.whatif.slice import replay_ranks
 from ranksight.launcher import processes as launch
 from ranksight.report import to_markdown
 from ranksight.store import open_store

@@ -134,7 +134,7 @@ def test_a_replay_that_does_not_reproduce_the_measured_step_is_not_used(chdb_sto
     counterfactual is not believed: the excess-time estimate stays, with a note."""
     import dataclasses
 
-    from ranksight.analyzer import replay_impact
+    from ranksight.analyzer.whatif import impact as replay_impact
 
     fault = f"slow:rank=9,factor=2.0,from_step={REPLAY_ONSET}"
     faulty = SynthConfig(**SHAPE, faults=(fault,))

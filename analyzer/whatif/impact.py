@@ -1,6 +1,6 @@
 """Straggler impact from a what-if replay: a bounded slice replay on hooked runs
-(``slice_replay.py``, :func:`straggler_impacts`) and a whole-run replay on imported ones
-(``whatif.py``, :func:`replay_impacts`).
+(``whatif/slice.py``, :func:`straggler_impacts`) and a whole-run replay on imported ones
+(``engine.py``, :func:`replay_impacts`).
 
 Each straggler's impact becomes the replayed gain of its pipeline slice over a window of
 steps from its onset, with its phases at its same-stage peers' median. Where the run
@@ -18,8 +18,9 @@ import pandas as pd
 from ranksight.vocab import Kind
 from ranksight.words import counted
 
-from .findings import Finding
-from .slice_replay import (
+from ..findings import Finding
+from .engine import balanced_stages, ops_from_tables, peer_median_durations, replay
+from .slice import (
     ReplayError,
     SliceReplay,
     groups_of,
@@ -29,7 +30,6 @@ from .slice_replay import (
     window,
     with_peer_self,
 )
-from .whatif import balanced_stages, ops_from_tables, peer_median_durations, replay
 
 
 def straggler_impacts(
@@ -122,7 +122,7 @@ def replay_impacts(
     findings: list[Finding], data, coords: pd.DataFrame
 ) -> tuple[list[Finding], list[str]]:
     """``findings`` with each compute straggler's impact from a what-if replay of the
-    recorded steps (``whatif.py``): the culprit's compute at its same-stage peers' median.
+    recorded steps (``whatif/engine.py``): the culprit's compute at its same-stage peers' median.
     The evidence gains ``whatif`` (slowdown, step times) and ``worker_or_stage``: how much
     faster balancing the stages would make the job once the culprit is fixed; a worker
     problem when fixing the worker gains more. Findings stay as they were (with a note)

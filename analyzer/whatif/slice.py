@@ -1,6 +1,6 @@
 """Bounded what-if replay for hooked runs: one pipeline slice, a window of steps.
 
-Replaying every rank of every step (``whatif.py``, as for imported runs) costs about 10 s
+Replaying every rank of every step (``engine.py``, as for imported runs) costs about 10 s
 per million ops: far too much at 16,384 ranks. A straggler's cost flows through its own
 pipeline, so the replay takes only the culprit's *pipeline slice* (the ranks with its
 ``dp`` and ``tp``: one per stage) over a window of at most :data:`MAX_STEPS` steps:
@@ -36,7 +36,7 @@ import pandas as pd
 
 from ranksight.store.schema import RUN as _RUN
 
-from .whatif import ReplayError, ops_from_tables, replay
+from .engine import ReplayError, ops_from_tables, replay
 
 MAX_STEPS = 24
 """Most steps replayed (evenly spaced over the window)."""
