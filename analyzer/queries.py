@@ -19,6 +19,7 @@ from ranksight.store.schema import RUN as _RUN
 from . import causes, gpu_causes, links
 from .detectors import crash, desync, hang, slow_comm
 from .straggler import COMPUTE_PHASES, DATA_PHASES
+from .waits import fetch_waits
 from .whatif import slice as slice_replay
 
 # Aggregates never reuse the name of a column they read (an alias is visible to the whole
@@ -109,53 +110,6 @@ FROM phases WHERE {_RUN} AND rank IN %(ranks)s
 GROUP BY rank, step, phase ORDER BY step, rank, phase
 """
 """PHASES for a few ranks (a suspect and its peers): the evidence of a finding."""
-
-# Per collective instance (group_id, group_seq) the last arriver and each member's wait
-# for it (max start - own start: arrival, see slow_comm), summed per (rank, last_rank,
-# group, step). Only
-# instances every member reported are counted, and only in the groups of %(holders)s
-# (the ranks under suspicion): the join is the expensive part at scale.
-_HOLDER_GROUPS = f"""group_id IN (SELECT group_id FROM collectives WHERE {_RUN} AND peer = -1
-                       AND rank IN %(holders)s GROUP BY group_id)"""
-ARRIVALS = f"""
-SELECT rank, last_rank, group_id, step, any(op) AS op, count() AS n,
-       sum(max_start - start_ns) AS waited_ns,
-       sum(greatest(end_ns - max_start, 0)) AS after_last_ns
-FROM
-(
-    SELECT rank, group_id, group_seq, step, op, start_ns, end_ns
-    FROM collectives WHERE {_RUN} AND peer = -1 AND end_ns > 0 AND {_HOLDER_GROUPS}
-) AS member
-ALL INNER JOIN
-(
-    SELECT group_id, group_seq, max(start_ns) AS max_start,
-           argMax(rank, start_ns) AS last_rank, count() AS n_seen,
-           any(length(splitByChar(',', group_ranks))) AS n_members
-    FROM collectives WHERE {_RUN} AND peer = -1 AND end_ns > 0 AND {_HOLDER_GROUPS}
-    GROUP BY group_id, group_seq
-    HAVING n_seen = n_members
-) AS instance USING (group_id, group_seq)
-GROUP BY rank, last_rank, group_id, step
-"""
-
-# Each recv from one of %(holders)s matched with its send by (group, src, dst, per-pair
-# sequence): how long the receiver had been waiting when the sender issued the send.
-P2P_WAITS = f"""
-SELECT dst AS rank, src AS peer, step, count() AS n,
-       sum(greatest(send_start - start_ns, 0)) AS waited_ns
-FROM
-(
-    SELECT group_id, toInt64(rank) AS dst, toInt64(peer) AS src, group_seq, step, start_ns
-    FROM collectives WHERE {_RUN} AND op = 'recv' AND peer IN %(holders)s
-) AS recv_side
-ALL INNER JOIN
-(
-    SELECT group_id, toInt64(rank) AS src, toInt64(peer) AS dst, group_seq,
-           start_ns AS send_start
-    FROM collectives WHERE {_RUN} AND op = 'send' AND rank IN %(holders)s
-) AS send_side USING (group_id, src, dst, group_seq)
-GROUP BY dst, src, step
-"""
 
 GROUPS = f"""
 SELECT group_id, any(group_ranks) AS group_ranks, count() AS n, any(op) AS op
@@ -339,7 +293,7 @@ def load_run(store: Store, run_id: str, attempt: int | None = None) -> RunData:
             [transfer, _query(store, slow_comm.TRANSFER_P2P, {**p, "bucket": bucket})],
             ignore_index=True,
         ),
-        fetch_waits=lambda holders: fetch_waits(store, p, holders),
+        fetch_waits=lambda holders: fetch_waits(lambda sql, q: _query(store, sql, q), p, holders),
         mismatches=mismatches,
         usual=usual,
         fetch_procs=lambda ranks, since_ns: _optional(
@@ -378,29 +332,6 @@ def _stacks(store: Store, params: dict) -> pd.DataFrame:
         return _query(store, STACKS, params)
     except StoreError:
         return pd.DataFrame(columns=["rank", "stack_summary"])
-
-
-def fetch_waits(
-    store: Store, params: dict, holders: list[int]
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """ARRIVALS and P2P_WAITS restricted to ``holders`` (empty frames for none)."""
-    if not holders:
-        return pd.DataFrame(columns=_ARRIVAL_COLUMNS), pd.DataFrame(columns=_P2P_COLUMNS)
-    p = {**params, "holders": tuple(int(h) for h in holders)}
-    return _query(store, ARRIVALS, p), _query(store, P2P_WAITS, p)
-
-
-_ARRIVAL_COLUMNS = [
-    "rank",
-    "last_rank",
-    "group_id",
-    "step",
-    "op",
-    "n",
-    "waited_ns",
-    "after_last_ns",
-]
-_P2P_COLUMNS = ["rank", "peer", "step", "n", "waited_ns"]
 
 
 def load_findings(store: Store, run_id: str, attempt: int) -> pd.DataFrame:

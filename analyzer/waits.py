@@ -1,10 +1,14 @@
-"""Who waited for whom: wait-for edges from collective arrival order and send/recv."""
+"""Who waited for whom: wait-for edges from collective arrival order and send/recv, and
+the queries that load them for the ranks under suspicion (pushed down to the store)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
+
+from ranksight.store.schema import RUN as _RUN
 
 _MS = 1e6
 
@@ -106,3 +110,76 @@ def _ms(s: pd.Series) -> dict:
 def summarize_waits(arrivals: pd.DataFrame, p2p: pd.DataFrame, axes: dict[str, str]) -> WaitSummary:
     """Bundle the arrival and P2P frames (see WaitSummary) for queries."""
     return WaitSummary(arrivals, p2p, axes)
+
+
+# Per collective instance (group_id, group_seq) the last arriver and each member's wait
+# for it (max start - own start: arrival, see slow_comm), summed per (rank, last_rank,
+# group, step). Only
+# instances every member reported are counted, and only in the groups of %(holders)s
+# (the ranks under suspicion): the join is the expensive part at scale.
+_HOLDER_GROUPS = f"""group_id IN (SELECT group_id FROM collectives WHERE {_RUN} AND peer = -1
+                       AND rank IN %(holders)s GROUP BY group_id)"""
+ARRIVALS = f"""
+SELECT rank, last_rank, group_id, step, any(op) AS op, count() AS n,
+       sum(max_start - start_ns) AS waited_ns,
+       sum(greatest(end_ns - max_start, 0)) AS after_last_ns
+FROM
+(
+    SELECT rank, group_id, group_seq, step, op, start_ns, end_ns
+    FROM collectives WHERE {_RUN} AND peer = -1 AND end_ns > 0 AND {_HOLDER_GROUPS}
+) AS member
+ALL INNER JOIN
+(
+    SELECT group_id, group_seq, max(start_ns) AS max_start,
+           argMax(rank, start_ns) AS last_rank, count() AS n_seen,
+           any(length(splitByChar(',', group_ranks))) AS n_members
+    FROM collectives WHERE {_RUN} AND peer = -1 AND end_ns > 0 AND {_HOLDER_GROUPS}
+    GROUP BY group_id, group_seq
+    HAVING n_seen = n_members
+) AS instance USING (group_id, group_seq)
+GROUP BY rank, last_rank, group_id, step
+"""
+
+# Each recv from one of %(holders)s matched with its send by (group, src, dst, per-pair
+# sequence): how long the receiver had been waiting when the sender issued the send.
+P2P_WAITS = f"""
+SELECT dst AS rank, src AS peer, step, count() AS n,
+       sum(greatest(send_start - start_ns, 0)) AS waited_ns
+FROM
+(
+    SELECT group_id, toInt64(rank) AS dst, toInt64(peer) AS src, group_seq, step, start_ns
+    FROM collectives WHERE {_RUN} AND op = 'recv' AND peer IN %(holders)s
+) AS recv_side
+ALL INNER JOIN
+(
+    SELECT group_id, toInt64(rank) AS src, toInt64(peer) AS dst, group_seq,
+           start_ns AS send_start
+    FROM collectives WHERE {_RUN} AND op = 'send' AND rank IN %(holders)s
+) AS send_side USING (group_id, src, dst, group_seq)
+GROUP BY dst, src, step
+"""
+
+
+def fetch_waits(
+    query: Callable[[str, dict], pd.DataFrame], params: dict, holders: list[int]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:data:`ARRIVALS` and :data:`P2P_WAITS` of the run ``params`` names, restricted to
+    ``holders`` (empty frames for none); ``query(sql, params)`` runs one query on the
+    store (raises StoreError)."""
+    if not holders:
+        return pd.DataFrame(columns=_ARRIVAL_COLUMNS), pd.DataFrame(columns=_P2P_COLUMNS)
+    p = {**params, "holders": tuple(int(h) for h in holders)}
+    return query(ARRIVALS, p), query(P2P_WAITS, p)
+
+
+_ARRIVAL_COLUMNS = [
+    "rank",
+    "last_rank",
+    "group_id",
+    "step",
+    "op",
+    "n",
+    "waited_ns",
+    "after_last_ns",
+]
+_P2P_COLUMNS = ["rank", "peer", "step", "n", "waited_ns"]

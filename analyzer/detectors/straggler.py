@@ -1,7 +1,7 @@
 """Chronic stragglers: ranks slower than their same-stage peers over many steps.
 
 Query: ``queries.PHASE_TOTALS`` (per rank and step self times, pushed down), the waits on
-the suspects (``queries.ARRIVALS``, ``P2P_WAITS``) and the suspects' phases
+the suspects (``waits.ARRIVALS``, ``P2P_WAITS``) and the suspects' phases
 (``PHASES_OF``). Detection: ``analyzer/straggler.py`` (self time against the same-stage
 peer median, after MegaScale section 5). A flagged rank that mostly waited for another
 flagged rank is a victim, not a culprit (``analyzer/waits.py``). Cause: data loader or
