@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-PROCS = """
+from ranksight.store.schema import RUN as _RUN
+
+PROCS = f"""
 SELECT rank, max(ctx_involuntary) - min(ctx_involuntary) AS invol,
        max(ts_ns) - min(ts_ns) AS span_ns, avg(cpu_pct) AS cpu_mean,
        maxIf(run_delay_ns, NOT isNaN(run_delay_ns))
          - minIf(run_delay_ns, NOT isNaN(run_delay_ns)) AS delay_ns,
        countIf(NOT isNaN(run_delay_ns)) AS delay_samples
 FROM proc_samples
-WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND ts_ns >= %(since_ns)s
+WHERE {_RUN} AND ts_ns >= %(since_ns)s
   AND rank IN %(ranks)s
 GROUP BY rank
 """

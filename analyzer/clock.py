@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-OFFSETS = """
+from ranksight.store.schema import RUN as _RUN
+
+OFFSETS = f"""
 SELECT rank, quantileExact(0.5)(d) AS offset_ns, quantileExact(0.25)(d) AS q25_ns,
        quantileExact(0.75)(d) AS q75_ns, count() AS samples
 FROM
@@ -23,13 +25,13 @@ FROM
     FROM
     (
         SELECT rank, group_id, group_seq, end_ns
-        FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s
+        FROM collectives WHERE {_RUN}
           AND peer = -1 AND end_ns > 0 AND step >= %(since_step)s
     ) AS member
     ALL INNER JOIN
     (
         SELECT group_id, group_seq, quantileExact(0.5)(end_ns) AS med_end, count() AS n
-        FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s
+        FROM collectives WHERE {_RUN}
           AND peer = -1 AND end_ns > 0 AND step >= %(since_step)s
         GROUP BY group_id, group_seq
         HAVING n > 1

@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from ranksight.collectors.nvml_read import CLOCK_EVENT_NAMES
+from ranksight.store.schema import RUN as _RUN
 
 _BIT_OF = {name: bit for bit, name in CLOCK_EVENT_NAMES}
 SLOWDOWN_REASONS: tuple[tuple[int, str], ...] = tuple(
@@ -100,10 +101,10 @@ GROUP BY gpu_uuid
 """
 """Per GPU: how many process reads found at least one process (the job's rank is one)."""
 
-RANK_GPUS = """
+RANK_GPUS = f"""
 SELECT rank, argMax(gpu_uuid, ts_ns) AS rank_gpu
 FROM gpu_procs
-WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND rank IN %(ranks)s
+WHERE {_RUN} AND rank IN %(ranks)s
   AND host IN %(hosts)s AND ts_ns >= %(since_ns)s AND ts_ns <= %(until_ns)s
 GROUP BY rank
 """

@@ -141,11 +141,11 @@ SELECT rank, step, group_id, group_ranks, group_seq, op, peer, enqueue_ns, start
 FROM collectives WHERE {_RUN}
 """
 
-FINDINGS = """
+FINDINGS = f"""
 SELECT * FROM findings
-WHERE run_id = %(run_id)s AND attempt = %(attempt)s
+WHERE {_RUN}
   AND analyzed_ns = (SELECT max(analyzed_ns) FROM findings
-                     WHERE run_id = %(run_id)s AND attempt = %(attempt)s)
+                     WHERE {_RUN})
 ORDER BY finding_id
 """
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from ranksight.store.schema import RUN as _RUN
 from ranksight.vocab import Kind, cause_of
 
 from ..findings import Finding, coords_at
@@ -36,18 +37,18 @@ from .base import Detector, RunContext, Stage
 if TYPE_CHECKING:
     from ..queries import RunData
 
-ENDS = """
+ENDS = f"""
 SELECT rank, source, reason, code, detail, last_step, ts_ns
-FROM rank_ends WHERE run_id = %(run_id)s AND attempt = %(attempt)s
+FROM rank_ends WHERE {_RUN}
 ORDER BY ts_ns
 """
 
-CRASH_STACKS = """
+CRASH_STACKS = f"""
 SELECT rank, argMaxIf(summary, ts_ns, trigger = 'crash') AS crash_stack,
        maxIf(ts_ns, trigger = 'stopped') AS stopped_ns,
        argMaxIf(summary, ts_ns, trigger = 'stopped') AS stopped_state,
        maxIf(ts_ns, trigger = 'continued') AS continued_ns
-FROM stacks WHERE run_id = %(run_id)s AND attempt = %(attempt)s
+FROM stacks WHERE {_RUN}
   AND trigger IN ('crash', 'stopped', 'continued')
 GROUP BY rank
 """

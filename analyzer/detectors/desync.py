@@ -16,12 +16,13 @@ from collections import Counter
 
 import pandas as pd
 
+from ranksight.store.schema import RUN as _RUN
 from ranksight.vocab import Cause, Kind
 
 from ..findings import Finding, finding_at
 from .base import Detector, RunContext, Stage
 
-MISMATCHES = """
+MISMATCHES = f"""
 SELECT group_id, group_seq, any(group_ranks) AS members,
        groupArray(rank) AS ranks_list, groupArray(op) AS ops_list,
        groupArray(size) AS sizes_list, groupArray(dtype) AS dtypes_list,
@@ -31,7 +32,7 @@ FROM
 (
     SELECT group_id, group_seq, group_ranks, rank, op, dtype, enqueue_ns,
            multiIf(op = 'scatter', numel_out, op = 'all_to_all', toUInt64(0), numel_in) AS size
-    FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND peer = -1
+    FROM collectives WHERE {_RUN} AND peer = -1
       AND group_id IN %(groups)s
 )
 GROUP BY group_id, group_seq
@@ -41,14 +42,14 @@ LIMIT 1000
 """
 
 
-USUAL = """
+USUAL = f"""
 SELECT group_id, op, size, dtype, count() AS n
 FROM
 (
     SELECT group_id, op, dtype,
            multiIf(op = 'scatter', numel_out, op = 'all_to_all', toUInt64(0), numel_in) AS size
     FROM collectives
-    WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND peer = -1 AND group_id IN %(groups)s
+    WHERE {_RUN} AND peer = -1 AND group_id IN %(groups)s
 )
 GROUP BY group_id, op, size, dtype
 """

@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from ranksight.store.schema import RUN as _RUN
 from ranksight.vocab import Kind, cause_of
 from ranksight.words import counted, span
 
@@ -31,12 +32,12 @@ from ..groups import group_names
 from .base import Detector, RunContext, Stage, of_kind
 from .crash import crash_report
 
-LATEST = """
+LATEST = f"""
 SELECT rank, group_id, direction, peer,
        argMax(issued_seq, ts_ns) AS issued, argMax(completed_seq, ts_ns) AS completed,
        argMax(last_op, ts_ns) AS op, argMax(group_ranks, ts_ns) AS members,
        max(ts_ns) AS seen_ns, argMax(step, ts_ns) AS at_step
-FROM progress WHERE run_id = %(run_id)s AND attempt = %(attempt)s
+FROM progress WHERE {_RUN}
 GROUP BY rank, group_id, direction, peer
 """
 

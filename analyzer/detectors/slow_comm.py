@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ranksight.store.schema import RUN as _RUN
 from ranksight.vocab import Cause, Kind
 
 from ..findings import Finding, finding_at
@@ -69,7 +70,7 @@ class SlowGroup:
     none found (slow on scattered steps only)."""
 
 
-TRANSFER = """
+TRANSFER = f"""
 SELECT group_id, at_step AS step, avgIf(transfer, open = 0) AS transfer_mean,
        avgIf(skew, open = 0) AS skew_mean, countIf(open = 0) AS instances,
        sumIf(payload, open = 0) AS step_bytes, sum(differ) AS mismatched
@@ -82,7 +83,7 @@ FROM
              OR min(multiIf(op = 'scatter', numel_out, op = 'all_to_all', toUInt64(0), numel_in))
                 != max(multiIf(op = 'scatter', numel_out, op = 'all_to_all', toUInt64(0), numel_in))
              AS differ
-    FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND peer = -1
+    FROM collectives WHERE {_RUN} AND peer = -1
     GROUP BY group_id, group_seq
 )
 GROUP BY group_id, at_step
@@ -95,7 +96,7 @@ or dtypes (``mismatched``: the desync query then runs on those groups only). One
 aggregation, no join: every member of an instance ends within microseconds of the others."""
 
 
-TRANSFER_P2P = """
+TRANSFER_P2P = f"""
 SELECT concat(group_id, ':', toString(src), '>', toString(dst)) AS group_id,
        intDiv(at_step, %(bucket)s) * %(bucket)s AS step,
        avg(transfer) AS transfer_mean, avg(skew) AS skew_mean,
@@ -110,7 +111,7 @@ FROM
         SELECT group_id, group_seq, step, bytes, op, start_ns, end_ns,
                toInt64(if(op = 'send', rank, peer)) AS src,
                toInt64(if(op = 'send', peer, rank)) AS dst
-        FROM collectives WHERE run_id = %(run_id)s AND attempt = %(attempt)s
+        FROM collectives WHERE {_RUN}
           AND peer >= 0 AND end_ns > 0
     )
     GROUP BY group_id, src, dst, group_seq
