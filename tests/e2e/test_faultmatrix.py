@@ -32,8 +32,9 @@ def test_expectations_follow_the_recorded_fault():
     assert _expect("cpu_contention:rank=4").label == "straggler/cpu_contention @ 4"
     assert _expect("gc_pauses:delay_ms=500").label == "transient_straggler/gc @ -1"
     every = {s.inject.split(":")[0] for s in SCENARIOS} - {"none"}
+    assert _expect("slow_turns:factor=4,every=2").label == "transient_straggler/compute @ -1"
     assert every == {"slow", "slow_link", "hang", "crash", "desync", "data_stall",
-                     "cpu_contention", "gc_storm", "nan", "gc_pauses"}  # fmt: skip
+                     "cpu_contention", "gc_storm", "nan", "gc_pauses", "slow_turns"}  # fmt: skip
 
 
 def test_a_kind_the_analyzer_does_not_make_is_missed_not_passed():
