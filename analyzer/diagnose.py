@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from ranksight.vocab import STOPS
 
 from .detectors.base import RunContext, Stage
-from .detectors.crash import crash_of, early_crash
+from .detectors.crash import crash_finding, crash_of
 from .detectors.desync import desync_findings
 from .detectors.postmortem import postmortem
 from .findings import Finding
@@ -60,7 +60,11 @@ def diagnose(data: RunData, cfg: StragglerConfig | None = None) -> Analysis:
     if data.ranks.empty or data.steps.empty:
         notes = ["no step records in the analyzed steps: nothing to analyze"]
         early = None if run.imported else crash_of(data)  # died before recording a step
-        found = [] if early is None else [early_crash(early, data)]
+        found = (
+            []
+            if early is None
+            else [crash_finding(early, run.coords, data.progress, data.crash_stacks)]
+        )
         return Analysis(data.run_id, data.attempt, found, 0, 0.0, notes)
     findings, notes = _stage(run, Stage.FAULT, [])
     findings, more = checked_impacts(findings, data.steps, run.steps_in)

@@ -278,16 +278,6 @@ def crash_finding(
     )
 
 
-def early_crash(report: CrashReport, data: RunData) -> Finding:
-    """The crash of a job that ended before any rank recorded a step (died before the
-    hooks attached, or in its first step): from the launcher's and the ranks' ends."""
-    cols = ["dp", "tp", "pp", "host"]
-    coords = (
-        data.ranks.set_index("rank")[cols] if not data.ranks.empty else pd.DataFrame(columns=cols)
-    )
-    return crash_finding(report, coords, data.progress, data.crash_stacks)
-
-
 def crash_of(data: RunData) -> CrashReport | None:
     """The crash in ``data`` (:func:`find_crash`), from its rank ends and last records."""
     if data.ends.empty and data.run.get("status") == "running":
