@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import pyarrow as pa
 
-from ranksight.ownership import secure_spool_dir
+from ranksight.ground.ownership import secure_spool_dir
 from ranksight.store import Store, StoreError, schema
 from ranksight.store.frames import conform
 from ranksight.trainer_hooks.spool_format import SUFFIX as SPOOL_SUFFIX

@@ -29,8 +29,8 @@ from ranksight.collectors.nvml_events import XidCollector
 from ranksight.collectors.postmortem import PostmortemCollector
 from ranksight.collectors.rdma import RdmaCollector
 from ranksight.collectors.topology import TopologyCollector
+from ranksight.ground.words import counted
 from ranksight.store import Store, StoreError
-from ranksight.words import counted
 
 from .stall import StallWatcher
 
@@ -276,6 +276,6 @@ class Collection:
 
 def default_data_dir() -> str:
     """The agent's data folder for disk-space samples: ``$RANKSIGHT_HOME``, else ``.``."""
-    from ranksight import env
+    from ranksight.ground import env
 
     return os.path.abspath(os.environ.get(env.HOME) or ".")

@@ -21,7 +21,7 @@ than that number re-apply their offsets, so a crash between the two loses nothin
 reads nothing twice.
 
 A line longer than :data:`MAX_LINE` bytes is skipped and counted as rejected. Files not
-owned by the agent's user are skipped (see ``ranksight/ownership.py``).
+owned by the agent's user are skipped (see ``ranksight/ground/ownership.py``).
 """
 
 from __future__ import annotations

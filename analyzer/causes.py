@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ranksight.store.schema import RUN as _RUN
+from ranksight.ground.sql import RUN as _RUN
 
 PROCS = f"""
 SELECT rank, max(ctx_involuntary) - min(ctx_involuntary) AS invol,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ranksight.store.schema import RUN as _RUN
+from ranksight.ground.sql import RUN as _RUN
 
 OFFSETS = f"""
 SELECT rank, quantileExact(0.5)(d) AS offset_ns, quantileExact(0.25)(d) AS q25_ns,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ranksight.vocab import STOPS
+from ranksight.ground.vocab import STOPS
 
 from .detectors.base import RunContext, Stage
 from .detectors.crash import crash_finding, crash_of

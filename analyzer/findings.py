@@ -6,9 +6,9 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ranksight.mesh import MORE_AXES
-from ranksight.vocab import NOT_FAULTS, Cause, Kind, cause_of, kind_of
-from ranksight.words import span
+from ranksight.ground.mesh import MORE_AXES
+from ranksight.ground.vocab import NOT_FAULTS, Cause, Kind, cause_of, kind_of
+from ranksight.ground.words import span
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,7 +30,7 @@ table's ``evidence_json``."""
 
 def finding_at(kind: Kind, cause: Cause, rank: int, coords: pd.DataFrame, **kw: Any) -> Finding:
     """A finding naming ``rank`` at its coordinates in ``coords`` (:func:`coords_at`; a
-    column of :data:`ranksight.mesh.MORE_AXES`, where the table has one, goes in ``axes``);
+    column of :data:`ranksight.ground.mesh.MORE_AXES`, where the table has one, goes in ``axes``);
     ``kw``: the other :class:`Finding` fields (confidence, impact_pct, summary, evidence)."""
     c = coords_at(coords, rank)
     more = {a: int(c[a]) for a in MORE_AXES if a in c and c[a] == c[a]}
@@ -54,7 +54,7 @@ class Finding:
     ``impact_pct`` is how much faster the job would run without it: 25.0 means the mean
     step time would drop by 25%. ``confidence`` is in [0, 1]. ``evidence`` holds the
     numbers the finding rests on (times in ns unless a key says otherwise). ``kind`` and
-    ``cause`` are words of :mod:`ranksight.vocab`; a plain string is taken as its word,
+    ``cause`` are words of :mod:`ranksight.ground.vocab`; a plain string is taken as its word,
     and an unknown one raises ValueError naming it. ``dp``, ``tp``, ``pp`` are the
     culprit's coordinates on the three axes every run has (-1: none); ``axes`` holds any
     further ones by axis name (``{"cp": 1, "ep": 3}``: context or expert parallel), and

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ranksight.vocab import Kind
+from ranksight.ground.vocab import Kind
 
 from .detectors.desync import issued_after
 from .findings import Finding

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from ranksight.collectors.nvml_read import CLOCK_EVENT_NAMES
-from ranksight.store.schema import RUN as _RUN
+from ranksight.ground.sql import RUN as _RUN
 
 _BIT_OF = {name: bit for bit, name in CLOCK_EVENT_NAMES}
 SLOWDOWN_REASONS: tuple[tuple[int, str], ...] = tuple(

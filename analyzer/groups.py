@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ranksight.mesh import MeshAxis
-from ranksight.words import span
+from ranksight.ground.mesh import MeshAxis
+from ranksight.ground.words import span
 
 
 def group_axis(member_ranks: list[int], coords: pd.DataFrame) -> str:

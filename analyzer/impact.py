@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ranksight.vocab import Kind
+from ranksight.ground.vocab import Kind
 
 from .findings import Finding
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ranksight.ground.sql import RUN as _RUN
 from ranksight.store import Store, StoreError
-from ranksight.store.schema import RUN as _RUN
 
 from . import causes, gpu_causes, links
 from .detectors import crash, desync, hang, slow_comm

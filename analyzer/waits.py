@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ranksight.store.schema import RUN as _RUN
+from ranksight.ground.sql import RUN as _RUN
 
 _MS = 1e6
 

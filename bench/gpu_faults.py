@@ -196,8 +196,8 @@ def score_all(a: argparse.Namespace) -> None:
 
     from ranksight.analyzer import analyze
     from ranksight.faultmatrix import score
+    from ranksight.importer.torchrun_log import record_failures
     from ranksight.store import open_store
-    from ranksight.torchrun_log import record_failures
 
     spool = os.path.join(a.work, "spool")
     subprocess.run([sys.executable, "-m", "ranksight.cli", "agent", "--once", "--keep-spool",

@@ -49,8 +49,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from ranksight import env as rs_env
 from ranksight.faultmatrix import SHAPE
+from ranksight.ground import env as rs_env
 from ranksight.launcher import processes as launch
 
 

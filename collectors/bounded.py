@@ -10,7 +10,7 @@ import io
 import re
 import zlib
 
-from ranksight.words import counted
+from ranksight.ground.words import counted
 
 GZIP_MAGIC = b"\x1f\x8b"
 _READ = 1 << 16

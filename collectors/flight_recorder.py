@@ -32,8 +32,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ranksight.ground.words import counted
 from ranksight.store.fit import fit_int, fit_rank
-from ranksight.words import counted
 
 from .bounded import TooBig, inflate, read_bytes
 

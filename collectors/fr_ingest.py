@@ -10,7 +10,7 @@ dumping twice); it reads at most :data:`~.flight_recorder.DUMP_BYTES` of it (a g
 bomb is refused, named in the dump's ``problems``).
 
 Only dumps the ranks' user wrote are read (the spool's owner rule,
-``ranksight/ownership.py``): a file of another uid, or one others may write, in a shared
+``ranksight/ground/ownership.py``): a file of another uid, or one others may write, in a shared
 folder such as ``/tmp`` is skipped and named once in the log (``refused``). The hooks
 point torch's dumps at a private folder of the run, ``<spool>/<run_id>/a<attempt>/fr/``
 (``trainer_hooks/flight_recorder.py``), where the job sets no dump path of its own; dumps
@@ -26,8 +26,8 @@ import os
 import time
 from dataclasses import dataclass
 
-from ranksight import env
-from ranksight.ownership import untrusted_file
+from ranksight.ground import env
+from ranksight.ground.ownership import untrusted_file
 from ranksight.store.fit import fit, fit_text
 
 from .base import Collector, NodeContext, Rows

@@ -17,12 +17,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ranksight import env
 from ranksight import report as rep
+from ranksight.ground import env
+from ranksight.ground.words import counted
+from ranksight.importer.torchrun_log import record_failures
 from ranksight.launcher import processes as launch
-from ranksight.torchrun_log import record_failures
 from ranksight.trainer_hooks.config import new_run_id
-from ranksight.words import counted
 
 
 @dataclass(kw_only=True, slots=True)
@@ -76,7 +76,7 @@ def _home() -> str:
 
 
 def _describe(cfg: DemoConfig, console: Console, run_id: str, store_url: str, spool: str) -> None:
-    from ranksight.mesh import coords_of
+    from ranksight.ground.mesh import coords_of
 
     shape = {"dp": cfg.dp, "tp": cfg.tp, "pp": cfg.pp}
     console.print(

@@ -13,8 +13,8 @@ from rich.table import Table
 
 from ranksight.analyzer import Analysis, Finding
 from ranksight.analyzer.imported import is_imported
-from ranksight.vocab import NOT_FAULTS, Kind
-from ranksight.words import counted, span
+from ranksight.ground.vocab import NOT_FAULTS, Kind
+from ranksight.ground.words import counted, span
 
 EXIT_CLEAN = 0
 """``ranksight report`` / ``demo`` exit code when no culprit was found."""

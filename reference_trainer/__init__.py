@@ -16,7 +16,7 @@ pipeline stage), ``parallel`` (process group, device mesh, TP plan, FSDP2, 1F1B 
 The names below import without torch, so analysis code can read fault specs and layouts.
 """
 
-from ranksight.mesh import MESH_DIM_NAMES, coords_of, rank_of
+from ranksight.ground.mesh import MESH_DIM_NAMES, coords_of, rank_of
 from ranksight.reference_trainer.config import (
     ModelConfig,
     OptimConfig,

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
-from ranksight import env
+from ranksight.ground import env
 
 
 class StepRecord(Protocol):

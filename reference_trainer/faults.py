@@ -53,7 +53,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ranksight.mesh import coords_of
+from ranksight.ground.mesh import coords_of
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,7 +63,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ranksight.mesh import coords_of, rank_of
+from ranksight.ground.mesh import coords_of, rank_of
 from ranksight.reference_trainer.faults import FaultSpec
 from ranksight.reference_trainer.injector import FaultContext, Injector
 

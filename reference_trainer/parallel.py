@@ -4,7 +4,7 @@ Order of operations on every rank (``train.build_trainer`` runs them):
 
 1. :func:`init_distributed`: ``init_process_group`` (gloo on CPU, NCCL on CUDA) first.
 2. :func:`build_mesh`: ``init_device_mesh(device, (dp, pp, tp), ("dp", "pp", "tp"))``;
-   the rank layout is in :mod:`ranksight.mesh`.
+   the rank layout is in :mod:`ranksight.ground.mesh`.
 3. :func:`parallelize_stage`: build this rank's pipeline stage module, shard it over the
    ``tp`` sub-mesh with ``parallelize_module`` (q/k/v and MLP-in column-wise, attention-out
    and MLP-out row-wise, token embedding row-wise, LM head column-wise), move it to the
@@ -36,7 +36,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from ranksight.mesh import MESH_DIM_NAMES, coords_of
+from ranksight.ground.mesh import MESH_DIM_NAMES, coords_of
 from ranksight.reference_trainer.config import TrainConfig
 from ranksight.reference_trainer.model import GPTStage, build_stage
 
@@ -68,7 +68,7 @@ def build_mesh(cfg: TrainConfig, device: torch.device) -> DeviceMesh:
     """The (dp, pp, tp) device mesh over the default process group.
 
     Raises RuntimeError if torch places this rank at other coordinates than
-    :func:`~ranksight.mesh.coords_of` says (the documented layout).
+    :func:`~ranksight.ground.mesh.coords_of` says (the documented layout).
     """
     par = cfg.parallel
     mesh = init_device_mesh(device.type, (par.dp, par.pp, par.tp), mesh_dim_names=MESH_DIM_NAMES)

@@ -26,8 +26,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ranksight import env
-from ranksight.mesh import coords_of
+from ranksight.ground import env
+from ranksight.ground.mesh import coords_of
+from ranksight.ground.words import counted
 from ranksight.reference_trainer._hooks_seam import TrainerHooks, attach_hooks
 from ranksight.reference_trainer.config import (
     DEVICES,
@@ -53,7 +54,6 @@ from ranksight.reference_trainer.parallel import (
     mesh_shape_of,
     parallelize_stage,
 )
-from ranksight.words import counted
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from clickhouse_driver import Client, errors
 
+from ranksight.ground.words import counted
 from ranksight.store import schema
 from ranksight.store.base import Store, StoreError
 from ranksight.store.ddl import (
@@ -27,7 +28,6 @@ from ranksight.store.ddl import (
 )
 from ranksight.store.frames import conform, frame_from_columns, month_keys, with_batch_id
 from ranksight.store.sql import bind
-from ranksight.words import counted
 
 # clickhouse-driver logs a traceback at WARNING for every failed connect; without this,
 # Python's last-resort handler prints it to stderr even though we raise StoreError.

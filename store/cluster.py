@@ -36,11 +36,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ranksight.ground.words import counted
 from ranksight.store import schema
 from ranksight.store.base import StoreError
 from ranksight.store.ddl import check_identifier, create_database_sql, create_table_sql
 from ranksight.store.schema import Table
-from ranksight.words import counted
 
 LOCAL_SUFFIX = "_local"
 """Name suffix of the per-node tables that hold the data."""

@@ -21,10 +21,6 @@ SCHEMA_VERSION = 7
 5: ``steps.grad_norm``, ``steps.gpu_mem_allocated_bytes``, ``steps.gpu_mem_reserved_bytes``.
 6: ``log_events``. 7: ``agent_stats.quarantined``."""
 
-RUN = "run_id = %(run_id)s AND attempt = %(attempt)s"
-"""The per-run predicate of every query of one run attempt (bound parameters ``run_id`` and
-``attempt``): its one home, for the analyzer's and the UI's SQL."""
-
 
 @dataclass(frozen=True, slots=True)
 class Table:

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ranksight import env
+from ranksight.ground import env
 from ranksight.store.base import StoreError
 
 SERVER_BINARY = env.CLICKHOUSE_SERVER

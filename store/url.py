@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from ranksight import env
+from ranksight.ground import env
 from ranksight.store.errors import StoreError
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ def _folder_of(url: str, scheme: str) -> str:
 
 def _folder_store(url: str, folder: str) -> Store:
     """A ChdbStore at ``folder``. Raises StoreError if ``folder`` cannot be a folder."""
-    from ranksight.folders import folder_problem
+    from ranksight.ground.folders import folder_problem
     from ranksight.store.chdb_store import ChdbStore
 
     problem = folder_problem(folder)

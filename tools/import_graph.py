@@ -1,8 +1,8 @@
 """Print ranksight's import graph by import path: its circles and its arrows against the
 layer order.
 
-Usage: ``python tools/import_graph.py [--edges]``. Exit code 0 when there are no circles
-and no arrows against the layers, else 1.
+Usage: ``python tools/import_graph.py [--edges]``. Exit code 0 when there are no circles,
+no arrows against the layers and no package that is both ground and roof, else 1.
 
 Files are named by their import path (``ranksight.store.base``), following pyproject's
 ``package-dir`` (``store/`` is ``ranksight.store``), which mypy and most graph tools do not
@@ -11,12 +11,13 @@ inside functions are arrows: they are run, only later.
 
 The layers, lowest first; each may import only layers at or below its own:
 
-1. ground: shared vocabulary, importing nothing of ranksight above it;
+1. ground (``ranksight.ground``): shared vocabulary, importing nothing of ranksight above it;
 2. hooks and store;
 3. collectors, importers, the reference trainer, synthetic runs;
 4. agent;
 5. analyzer;
-6. report and UI;
+6. report and UI (the top package ``ranksight`` itself holds only the report, the demo and
+   the version);
 7. CLI, demo, launcher, fault matrix.
 """
 
@@ -35,15 +36,13 @@ except ImportError:  # Python 3.10
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 LAYERS: list[tuple[int, str]] = [
-    (1, "ranksight.env"), (1, "ranksight.words"), (1, "ranksight.folders"),
-    (1, "ranksight.mesh"), (1, "ranksight.vocab"), (1, "ranksight.ownership"), (1, "ranksight"),
+    (1, "ranksight.ground"),
     (2, "ranksight.trainer_hooks"), (2, "ranksight.store"),
     (3, "ranksight.collectors"), (3, "ranksight.importer"), (3, "ranksight.reference_trainer"),
-    (3, "ranksight.synthetic"), (3, "ranksight.torchrun_log"),
-    (3, "ranksight.settings"),
+    (3, "ranksight.synthetic"),
     (4, "ranksight.agent"),
     (5, "ranksight.analyzer"),
-    (6, "ranksight.report"), (6, "ranksight.ui"),
+    (6, "ranksight"), (6, "ranksight.report"), (6, "ranksight.ui"),
     (7, "ranksight.cli"), (7, "ranksight.demo"), (7, "ranksight.launcher"),
     (7, "ranksight.faultmatrix"),
     (7, "ranksight.agent.command"),
@@ -185,6 +184,27 @@ def against_layers(g: dict[str, set[str]]) -> list[tuple[str, str]]:
     return sorted((a, b) for a, deps in g.items() for b in deps if layer(b) > layer(a))
 
 
+ROOF = 6
+"""Layers from here up are roof (rendering, commands)."""
+
+
+def ground_and_roof(mods: list[str]) -> list[str]:
+    """Packages whose own modules (not their sub-packages') are both ground (layer 1) and roof
+    (layer >= :data:`ROOF`); a package's ``__init__`` counts as one of its modules."""
+    packages = {m.rsplit(".", 1)[0] for m in mods if "." in m}
+    children: dict[str, set[str]] = defaultdict(set)
+    for m in mods:
+        if m in packages or "." not in m:
+            children[m].add(m)  # a package's own __init__ belongs to it, not to its parent
+        else:
+            children[m.rsplit(".", 1)[0]].add(m)
+    return sorted(
+        p
+        for p, ms in children.items()
+        if any(layer(m) == 1 for m in ms) and any(layer(m) >= ROOF for m in ms)
+    )
+
+
 def main(argv: list[str]) -> int:
     g = graph()
     folders = defaultdict(set)
@@ -203,7 +223,11 @@ def main(argv: list[str]) -> int:
     print(f"{len(bad)} arrows against the layers")
     for a, b in bad:
         print(f"  {a} [{layer(a)}] -> {b} [{layer(b)}]")
-    return 0 if not circ and not bad else 1
+    both = ground_and_roof(sorted(g))
+    print(f"{len(both)} packages both ground and roof")
+    for p in both:
+        print(f"  {p}")
+    return 0 if not circ and not bad and not both else 1
 
 
 if __name__ == "__main__":

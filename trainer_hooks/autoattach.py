@@ -28,7 +28,7 @@ returns gives this rank's coordinates and the degrees (``rank_mesh.mesh_coordina
 ``("dp", "pp", "tp")``, ``("dp_shard", "tp")``, ...); the trainer's own
 ``ranksight.trainer_hooks.attach(mesh=...)`` wins over both. Until one of them speaks, the
 coordinates are a guess and the rank's identity records wait (``rank_mesh.py``): with
-``RANKSIGHT_MESH="dp=2,pp=2,tp=2"`` they follow ``ranksight.mesh`` (TP innermost, then PP,
+``RANKSIGHT_MESH="dp=2,pp=2,tp=2"`` they follow ``ranksight.ground.mesh`` (TP innermost, then PP,
 then DP, as ``init_device_mesh(..., ("dp", "pp", "tp"))`` lays ranks out); unset, every
 rank is a DP replica (``dp = rank``).
 
@@ -47,8 +47,8 @@ import time
 import warnings
 from typing import Any
 
-from ranksight import env
-from ranksight.words import counted
+from ranksight.ground import env
+from ranksight.ground.words import counted
 
 from .integrations import install_integrations
 from .step_clock import StepClock
@@ -86,7 +86,7 @@ def mesh_of(rank: int, world_size: int, text: str | None) -> tuple[dict[str, int
     Raises ValueError if the mesh's size is not ``world_size``."""
     if not text:
         return {"dp": rank, "tp": 0, "pp": 0}, {"dp": world_size, "tp": 1, "pp": 1}
-    from ranksight.mesh import coords_of
+    from ranksight.ground.mesh import coords_of
 
     shape = {"dp": 1, "tp": 1, "pp": 1, **parse_mesh(text)}
     if shape["dp"] * shape["tp"] * shape["pp"] != world_size:

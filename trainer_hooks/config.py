@@ -6,7 +6,7 @@ import os
 import uuid
 from dataclasses import dataclass, field
 
-from ranksight import env
+from ranksight.ground import env
 
 LEVELS = ("off", "default", "detailed")
 """``off`` records nothing and installs nothing. ``default`` records every step, phase,
@@ -59,7 +59,7 @@ class HooksConfig:
     """At the default level on NCCL, read NCCL collectives from torch's Flight Recorder
     ring off the training thread (``fr_ring.py``) instead of a Python wrapper per op
     (``RANKSIGHT_FR_RING=1``). Off by default: its host-clock placement of each
-    collective is coarser than the wrappers' CUDA events (:data:`ranksight.env.FR_RING`)."""
+    collective is coarser than the wrappers' CUDA events (:data:`ranksight.ground.env.FR_RING`)."""
 
     def __post_init__(self) -> None:
         """Raises TypeError naming a field of the wrong type, ValueError one out of range."""

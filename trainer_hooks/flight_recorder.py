@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ranksight import env
+from ranksight.ground import env
 
 REQUEST_FILE = "fr-dump-request"
 DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"

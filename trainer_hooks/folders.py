@@ -1,6 +1,6 @@
 """The folders the hooks create are the rank's owner's only (``0700``), whatever the umask.
 
-The spool is the agent's local endpoint (``ranksight/ownership.py``): another user who can list
+The spool is the agent's local endpoint (``ranksight/ground/ownership.py``): another user who can list
 it can read every record, and one who can write it can plant records. ``os.makedirs``
 applies its mode to the last folder only, and through the umask, so each missing folder
 is made here one by one and set to ``0700``. Folders that already exist are left as they

@@ -28,7 +28,7 @@ from typing import Any
 import psutil
 import torch.distributed as dist
 
-from ranksight import env
+from ranksight.ground import env
 
 from .api_patch import instrument_ddp, patch_api
 from .blackbox import BlackBox, blackbox_path

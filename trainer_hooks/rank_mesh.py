@@ -17,7 +17,7 @@ after they went out is written again as newer rows (``start_ns`` of the ``ranks`
 unchanged, a later ``updated_ns`` on ``runs``), with one warning that readers taking any
 row per rank may still see the first one.
 
-Mesh dimension names map to ranksight's three axes (``ranksight.mesh.MeshAxis``) by
+Mesh dimension names map to ranksight's three axes (``ranksight.ground.mesh.MeshAxis``) by
 prefix: ``pp*``/``pipe*`` -> pp, ``tp*``/``tensor*`` -> tp, any other (``dp``,
 ``dp_replicate``, ``dp_shard``, ``cp``, ``ep``, unnamed) -> dp. Several dimensions of one
 axis are combined row-major in mesh order (torchtitan's ``("dp_replicate", "dp_shard")``

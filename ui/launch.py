@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
-from ranksight import env
+from ranksight.ground import env
 from ranksight.ui import APP_PATH
 
 

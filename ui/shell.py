@@ -9,8 +9,9 @@ import time
 
 import streamlit as st
 
-from ranksight import env
 from ranksight.analyzer.queries import resolve_attempt
+from ranksight.ground import env
+from ranksight.ground.vocab import Kind
 from ranksight.store.url import default_store_url, redact
 from ranksight.ui import cache, live, preload, warm
 from ranksight.ui.config import UiConfig
@@ -19,7 +20,6 @@ from ranksight.ui.data.runs import run_status, stopped_reporting
 from ranksight.ui.guard import NoData, page_guard
 from ranksight.ui.state import PAGES, Selection, parse_selection
 from ranksight.ui.views import hang, heatmap, hosts, mesh, overview, runs, timeline
-from ranksight.vocab import Kind
 
 VIEWS = {
     "runs": runs,

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ranksight.mesh import MORE_AXES
-from ranksight.vocab import Kind
+from ranksight.ground.mesh import MORE_AXES
+from ranksight.ground.vocab import Kind
 
 from ..findings import Finding
 from ..groups import group_axes
@@ -94,7 +94,7 @@ class RunContext:
     @cached_property
     def coords(self) -> pd.DataFrame:
         """rank -> dp, tp, pp, host (the ``ranks`` table, indexed by rank), and any
-        further mesh axis it has (``ranksight.mesh.MORE_AXES``)."""
+        further mesh axis it has (``ranksight.ground.mesh.MORE_AXES``)."""
         cols = ["dp", "tp", "pp", "host"]
         if self.data.ranks.empty:
             return pd.DataFrame(columns=cols)

@@ -9,7 +9,7 @@ means ordering them. The evidence, per rank (``rank_ends`` rows and its last rec
   ``exception``, a ``signal`` (SIGTERM from the launcher), interpreter ``exit``; a rank
   killed outright (SIGKILL, OOM killer, segfault, ``os._exit``) recorded nothing: its
   records simply stop (``gone``);
-- what the launcher saw (``ranksight/torchrun_log.py``): exit codes, and its root cause
+- what the launcher saw (``ranksight/importer/torchrun_log.py``): exit codes, and its root cause
   (the first failure it observed);
 - when its records stopped (progress snapshots every 2 s from the writer thread, steps),
   and what its black box says once it is gone (``collectors/postmortem.py``: the step it
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ranksight.store.schema import RUN as _RUN
-from ranksight.vocab import Kind, cause_of
+from ranksight.ground.sql import RUN as _RUN
+from ranksight.ground.vocab import Kind, cause_of
 
 from ..findings import Finding, coords_at
 from ..folds import each_crash

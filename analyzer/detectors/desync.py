@@ -16,8 +16,8 @@ from collections import Counter
 
 import pandas as pd
 
-from ranksight.store.schema import RUN as _RUN
-from ranksight.vocab import Cause, Kind
+from ranksight.ground.sql import RUN as _RUN
+from ranksight.ground.vocab import Cause, Kind
 
 from ..findings import Finding, finding_at
 from .base import Detector, RunContext, Stage

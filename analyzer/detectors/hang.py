@@ -22,9 +22,9 @@ from typing import Any
 
 import pandas as pd
 
-from ranksight.store.schema import RUN as _RUN
-from ranksight.vocab import Kind, cause_of
-from ranksight.words import counted, span
+from ranksight.ground.sql import RUN as _RUN
+from ranksight.ground.vocab import Kind, cause_of
+from ranksight.ground.words import counted, span
 
 from ..findings import Finding, coords_at
 from ..folds import each_hang

@@ -5,7 +5,7 @@ other stages (more layers, or the embedding / loss head), no rank stands out amo
 same-stage peers, so the straggler test (``straggler.py``) rightly names none; the
 pipeline still runs at the pace of its slowest stage. This module reports it as its own
 finding kind, ``pipeline_imbalance`` (cause ``stage_imbalance``; no failing rank, so
-``ranksight.vocab.NOT_FAULTS``), with the impact of rebalancing the stages and a severity that
+``ranksight.ground.vocab.NOT_FAULTS``), with the impact of rebalancing the stages and a severity that
 follows it (:data:`SEVERITY`):
 
 - per rank, the median compute self time per step (forward + backward + optimizer, the
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ranksight.vocab import Cause, Kind
-from ranksight.words import counted
+from ranksight.ground.vocab import Cause, Kind
+from ranksight.ground.words import counted
 
 from ..findings import Finding
 from ..impact import job_steps

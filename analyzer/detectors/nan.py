@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ranksight.vocab import Cause, Kind
+from ranksight.ground.vocab import Cause, Kind
 
 from ..findings import Finding, finding_at
 from .base import Detector, RunContext, Stage

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ranksight.vocab import Kind, cause_of
-from ranksight.words import counted
+from ranksight.ground.vocab import Kind, cause_of
+from ranksight.ground.words import counted
 
 from ..findings import Finding, finding_at
 from ..folds import prepend

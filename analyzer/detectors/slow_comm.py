@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from ranksight.store.schema import RUN as _RUN
-from ranksight.vocab import Cause, Kind
+from ranksight.ground.sql import RUN as _RUN
+from ranksight.ground.vocab import Cause, Kind
 
 from ..findings import Finding, finding_at
 from ..peers import loo_median, sustained_onset

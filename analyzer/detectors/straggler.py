@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ranksight.vocab import Kind, cause_of
+from ranksight.ground.vocab import Kind, cause_of
 
 from ..causes import refine_cause
 from ..findings import Finding

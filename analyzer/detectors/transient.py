@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ranksight.vocab import Kind, cause_of
-from ranksight.words import counted, span
+from ranksight.ground.vocab import Kind, cause_of
+from ranksight.ground.words import counted, span
 
 from ..findings import Finding
 from ..straggler import COMPUTE_PHASES, DATA_PHASES

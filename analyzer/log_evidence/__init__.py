@@ -14,7 +14,7 @@ import dataclasses
 
 import pandas as pd
 
-from ranksight.vocab import Kind
+from ranksight.ground.vocab import Kind
 
 from . import calls, crash, desync, hang, hardware, reported, stacks, startup
 from .evidence import Evidence, evidence_of, finding, ranks_text

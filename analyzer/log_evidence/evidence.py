@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ranksight.vocab import cause_of, kind_of
-from ranksight.words import span
+from ranksight.ground.vocab import cause_of, kind_of
+from ranksight.ground.words import span
 
 from ..findings import NO_COORDS, Finding, coords_at
 
@@ -245,7 +245,7 @@ def finding(kind: str, cause: str, rank: int, conf: float, summary: str, evidenc
             coords: pd.DataFrame, host: str = "") -> Finding:  # fmt: skip
     """A log finding: mesh coordinates from ``coords`` where the rank has them (logs
     rarely say), ``impact_pct`` 100 (the job stopped), ``confidence`` rounded. ``kind``
-    and ``cause`` are words of ``ranksight.vocab``; an unknown one raises ValueError."""
+    and ``cause`` are words of ``ranksight.ground.vocab``; an unknown one raises ValueError."""
     c = coords_at(coords, rank) if rank >= 0 else NO_COORDS
     evidence = {k: _short(k, v) for k, v in evidence.items()}
     return Finding(kind=kind_of(kind), cause=cause_of(cause), culprit_rank=int(rank),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ranksight.words import counted, span
+from ranksight.ground.words import counted, span
 
 from .evidence import Evidence, finding, ranks_text
 

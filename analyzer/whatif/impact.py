@@ -15,8 +15,8 @@ import dataclasses
 
 import pandas as pd
 
-from ranksight.vocab import Kind
-from ranksight.words import counted
+from ranksight.ground.vocab import Kind
+from ranksight.ground.words import counted
 
 from ..findings import Finding
 from .engine import balanced_stages, ops_from_tables, peer_median_durations, replay

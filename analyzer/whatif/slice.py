@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ranksight.store.schema import RUN as _RUN
+from ranksight.ground.sql import RUN as _RUN
 
 from .engine import ReplayError, ops_from_tables, replay
 

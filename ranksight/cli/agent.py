@@ -9,8 +9,8 @@ import os
 import typer
 
 from ranksight.cli.common import STORE_OPTION, console, fail
+from ranksight.ground.words import counted
 from ranksight.store.base import MAX_ATOMIC_ROWS
-from ranksight.words import counted
 
 
 def agent(
@@ -129,8 +129,8 @@ def _agent_settings(ctx: typer.Context, config: str | None) -> dict:
     """The agent's options: flags given, else the configuration in force. A store URL
     from ``$RANKSIGHT_STORE`` stays in the environment (it may hold a password, which is
     refused on command lines only). Raises ConfigError (a ValueError)."""
-    from ranksight import env
-    from ranksight.settings import from_context
+    from ranksight.cli.settings import from_context
+    from ranksight.ground import env
 
     v = from_context(ctx, config, _AGENT_SETTINGS)
     if v["store"] is not None and v["store"] == os.environ.get(env.STORE):
@@ -140,8 +140,8 @@ def _agent_settings(ctx: typer.Context, config: str | None) -> dict:
 
 def _check_folder(ctx: typer.Context, param: str, path: str, what: str) -> None:
     """Exit 2 naming the option (or the setting it came from) if ``path`` cannot be a
-    folder (:func:`ranksight.folders.folder_problem`); ``what`` says what it is."""
-    from ranksight.folders import folder_problem
+    folder (:func:`ranksight.ground.folders.folder_problem`); ``what`` says what it is."""
+    from ranksight.ground.folders import folder_problem
 
     problem = folder_problem(path)
     if problem:

@@ -1,4 +1,4 @@
-"""``ranksight config``: the configuration in force (``ranksight/settings.py``)."""
+"""``ranksight config``: the configuration in force (``ranksight/cli/settings.py``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def show_command(
     ),
 ) -> None:
     """Print every setting with the value in force and where it came from."""
-    from ranksight.settings import ConfigError, show
+    from ranksight.cli.settings import ConfigError, show
 
     try:
         typer.echo(show(path), nl=False)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import typer
 
 from ranksight.cli.common import STORE_OPTION, fail
+from ranksight.ground.words import counted
 from ranksight.store import StoreError, open_store
 from ranksight.store.migrate import migrate, plan_migration
 from ranksight.store.schema import SCHEMA_VERSION
 from ranksight.store.url import default_store_url, refuse_password
-from ranksight.words import counted
 
 db = typer.Typer(no_args_is_help=True, help="The store's schema: version and migration.")
 

@@ -26,10 +26,10 @@ def faultmatrix(
     list_only: bool = typer.Option(False, "--list", help="list the scenarios and exit"),
 ) -> None:
     """Run each fault scenario (and clean runs) on 8 CPU ranks; exit 0 only if all are right."""
-    from ranksight import env
     from ranksight.faultmatrix import pick
     from ranksight.faultmatrix.report import passed, print_table, to_json, to_markdown
     from ranksight.faultmatrix.run import MatrixConfig, run_matrix
+    from ranksight.ground import env
     from ranksight.store import StoreError
 
     try:

@@ -8,7 +8,7 @@ import sys
 import typer
 
 from ranksight.cli.common import STORE_OPTION, fail, open_store_arg
-from ranksight.words import counted
+from ranksight.ground.words import counted
 
 
 def fr_import(

@@ -9,8 +9,8 @@ import sys
 import typer
 from rich.markup import escape
 
-from ranksight import env
 from ranksight.cli.common import STORE_OPTION, analysis_run, console, err, fail, open_store_arg
+from ranksight.ground import env
 from ranksight.importer.summary import ARTIFACTS, file_line, nothing_imported, summary_lines
 from ranksight.store.url import MEMORY
 

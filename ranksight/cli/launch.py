@@ -33,8 +33,8 @@ def launch(
     config: str = typer.Option(None, "--config", help="TOML configuration file"),
 ) -> None:
     """Run a training job with ranksight on: agent, hooks, run status (ranksight launch -- torchrun ...)."""
+    from ranksight.cli.settings import ConfigError, load_settings
     from ranksight.launcher import LaunchConfig, run_launch
-    from ranksight.settings import ConfigError, load_settings
     from ranksight.store.url import redact, refuse_password
 
     flags = {"store.url": store, "launch.spool": spool, "launch.level": level,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ranksight.cli.common import STORE_OPTION, console, fail, open_store_arg
-from ranksight.words import counted
+from ranksight.ground.words import counted
 
 
 def synth(

@@ -51,8 +51,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ranksight.mesh import coords_of, rank_of
-from ranksight.vocab import NOT_FAULTS
+from ranksight.ground.mesh import coords_of, rank_of
+from ranksight.ground.vocab import NOT_FAULTS
 
 SHAPE = {"dp": 2, "tp": 2, "pp": 2}
 """The matrix's mesh: 8 CPU ranks."""

@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ranksight.faultmatrix import SHAPE, Expectation, Scenario, expectation, matches, score
+from ranksight.importer.torchrun_log import record_failures
 from ranksight.launcher import processes as launch
 from ranksight.reference_trainer.faults import faults_ground_truth, parse_faults
-from ranksight.torchrun_log import record_failures
 
 _FAULT_LINE = re.compile(r"^ranksight-fault: \S+ step=(\d+) time_ns=(\d+)", re.M)
 

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ranksight.collectors.bounded import mib
+from ranksight.ground.words import counted
 from ranksight.store.fit import fit_int, fit_rank
-from ranksight.words import counted
 
 from .rows import Rows, group_id, norm_op, parse_ranks, ranks_text
 

@@ -3,7 +3,7 @@ nothing could be imported, and what the import found beyond the report's finding
 
 from __future__ import annotations
 
-from ranksight.words import counted
+from ranksight.ground.words import counted
 
 ARTIFACTS = (
     "text logs (consoles, job logs, one rank's log, dmesg: watchdog timeouts, desync "

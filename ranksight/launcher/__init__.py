@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ranksight import env
+from ranksight.ground import env
 from ranksight.launcher import processes as launch
 from ranksight.trainer_hooks.config import LEVELS, new_run_id
 
@@ -370,8 +370,8 @@ def _tee(stream, path: str) -> threading.Thread:
 
 def _record_failures(store_url: str, run_id: str, attempt: int, log_path: str, say) -> None:
     """torchrun's failure summary (exit codes, the root cause) as ``rank_ends`` rows."""
+    from ranksight.importer.torchrun_log import record_failures
     from ranksight.store import StoreError, open_store
-    from ranksight.torchrun_log import record_failures
 
     try:
         with open_store(store_url) as store:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-from ranksight import env
+from ranksight.ground import env
 from ranksight.store.url import split_password
 
 STORE_SECRETS = (env.CH_PASSWORD, env.CH_PASSWORD_FILE)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from ranksight.mesh import coords_of
+from ranksight.ground.mesh import coords_of
 from ranksight.reference_trainer.faults import FaultSpec
 from ranksight.synthetic.rows import Mesh
 from ranksight.synthetic.timeline import StepInputs

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ranksight import env
+from ranksight.ground import env
 from ranksight.launcher import LaunchConfig, job_environment, node_rank, resolve_run_id
 from ranksight.store import open_store
 from ranksight.store.server import free_port

@@ -13,8 +13,8 @@ import sys
 import pytest
 import torch
 
-from ranksight import env
-from ranksight.mesh import coords_of
+from ranksight.ground import env
+from ranksight.ground.mesh import coords_of
 from ranksight.store import open_store
 from ranksight.trainer_hooks import rank_mesh
 from ranksight.trainer_hooks.rank_mesh import RankIdentity, axis_of, mesh_coordinates
@@ -39,7 +39,7 @@ def test_dimension_names_map_to_dp_tp_pp():
     assert [axis_of(n) for n in ("dp", "dp_shard", "cp", "ep", None, "pp", "pipe", "tp")] == [
         "dp", "dp", "dp", "dp", "dp", "pp", "pp", "tp",
     ]  # fmt: skip
-    # the reference trainer's ("dp", "pp", "tp") gives ranksight.mesh's layout
+    # the reference trainer's ("dp", "pp", "tp") gives ranksight.ground.mesh's layout
     shape = {"dp": 2, "tp": 2, "pp": 2}
     for r in range(8):
         got = mesh_coordinates(_Mesh((2, 2, 2), ("dp", "pp", "tp"), r), 8)

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ranksight import env
+from ranksight.ground import env
 from ranksight.launcher import LaunchConfig, job_environment
 from ranksight.launcher.processes import job_env
 from ranksight.store import StoreError, open_store

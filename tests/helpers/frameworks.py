@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ranksight import env
+from ranksight.ground import env
 from ranksight.store import open_store
 from tests.helpers.outside_faults import rank_process, slowed
 

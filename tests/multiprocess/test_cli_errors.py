@@ -257,7 +257,7 @@ def test_import_names_each_skipped_or_refused_file_in_a_sentence(tmp_path):
 
 
 def test_counts_of_one_are_singular(tmp_path, run_store):
-    from ranksight.words import counted
+    from ranksight.ground.words import counted
 
     assert counted(1, "step") == "1 step" and counted(0, "step") == "0 steps"
     assert counted(2, "entry", "entries") == "2 entries"

@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ranksight.settings import ConfigError, read_file
+from ranksight.cli.settings import ConfigError, read_file
 from ranksight.store.local_cluster import node_config_xml
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -250,7 +250,9 @@ def test_every_fault_kind_names_its_injector_and_a_wrong_one_is_refused():
 
     kinds = [k for k in FAULT_KINDS if k != "none"]
     assert {k: issubclass(injector_class(k), Injector) for k in kinds} == dict.fromkeys(kinds, True)
-    FAULT_KINDS["bogus_test_kind"] = FaultKind((), (), "x", injector="ranksight.mesh:coords_of")
+    FAULT_KINDS["bogus_test_kind"] = FaultKind(
+        (), (), "x", injector="ranksight.ground.mesh:coords_of"
+    )
     try:
         with pytest.raises(ValueError, match="bogus_test_kind.*not an Injector"):
             injector_class("bogus_test_kind")

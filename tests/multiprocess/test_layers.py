@@ -13,6 +13,7 @@ def test_no_import_circle_and_no_arrow_against_the_layers():
     assert len(g) > 200 and "ranksight.store.base" in g and "ranksight.cli" in g
     assert tool.circles(g) == []
     assert tool.against_layers(g) == []
+    assert tool.ground_and_roof(sorted(g)) == []
 
 
 def test_the_checker_sees_a_circle_and_an_arrow_up():
@@ -21,6 +22,16 @@ def test_the_checker_sees_a_circle_and_an_arrow_up():
     assert tool.circles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
     up = {"ranksight.store.base": {"ranksight.analyzer.api"}, "ranksight.analyzer.api": set()}
     assert tool.against_layers(up) == [("ranksight.store.base", "ranksight.analyzer.api")]
+    mixed = ["ranksight.ground", "ranksight.ground.env", "ranksight.ground.report"]
+    assert tool.ground_and_roof(mixed) == []  # ranksight.ground.report is still ground
+    assert tool.ground_and_roof(["ranksight", "ranksight.report", "ranksight.ground.env"]) == []
+    tool.LAYERS.append((1, "ranksight.made_up_env"))
+    try:
+        assert tool.ground_and_roof(["ranksight", "ranksight.report", "ranksight.made_up_env"]) == [
+            "ranksight"
+        ]
+    finally:
+        tool.LAYERS.remove((1, "ranksight.made_up_env"))
 
 
 def test_a_wheel_holds_every_module_of_the_checkout(tmp_path):

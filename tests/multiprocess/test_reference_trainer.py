@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ranksight.mesh import coords_of, rank_of
+from ranksight.ground.mesh import coords_of, rank_of
 from ranksight.reference_trainer._hooks_seam import NoopHooks, attach_hooks
 from ranksight.reference_trainer.config import (
     ModelConfig,

@@ -26,7 +26,7 @@ JOB_TEXT = [
 
 def finding(kind: str, text: str) -> Finding:
     """Job text in every free field; kind and cause are vocabulary words (a job's text
-    cannot get there: ``ranksight.vocab`` refuses unknown words)."""
+    cannot get there: ``ranksight.ground.vocab`` refuses unknown words)."""
     phases = {text: {"rank_ms": 1.0, "peers_ms": 0.5, "ratio": 2.0}}
     waited = {"by_axis_ms": {text: 3.0}, "by_op_ms": {text: 2.0},
               "victims": [{"rank": 1, "waited_ms": 2.0}], "last_share": 0.5}  # fmt: skip

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from ranksight import env
-from ranksight.settings import ConfigError, load_settings, resolve
+from ranksight.cli.settings import ConfigError, load_settings, resolve
+from ranksight.ground import env
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from ranksight import env
+from ranksight.ground import env
 from ranksight.store import open_store
 from ranksight.ui.launch import LaunchConfig, child_env, page_url, streamlit_command
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ranksight.analyzer.detectors.crash import crash_finding, find_crash
-from ranksight.torchrun_log import rank_end_rows, torchrun_failures
+from ranksight.importer.torchrun_log import rank_end_rows, torchrun_failures
 
 S = 1_000_000_000
 SUMMARY = """

@@ -243,7 +243,7 @@ def test_a_finding_carries_mesh_axes_beyond_dp_tp_pp_through_the_store_row() -> 
     row (dp, tp, pp columns; the rest in evidence_json); a finding without them is as
     before."""
     from ranksight.analyzer.findings import Finding, finding_at
-    from ranksight.vocab import Cause, Kind
+    from ranksight.ground.vocab import Cause, Kind
 
     coords = pd.DataFrame(
         {"dp": [0, 1], "tp": [0, 0], "pp": [1, 1], "cp": [0, 1], "ep": [2, 3], "host": "n0"}

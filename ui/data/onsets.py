@@ -5,8 +5,8 @@ never finished, one past the last step it recorded."""
 from __future__ import annotations
 
 from ranksight.analyzer import Finding
+from ranksight.ground.vocab import Kind
 from ranksight.store import Store
-from ranksight.vocab import Kind
 
 from .run import RUN, RunView
 

@@ -8,9 +8,9 @@ import pandas as pd
 
 from ranksight.analyzer import Finding
 from ranksight.analyzer.queries import RANKS, load_findings, resolve_attempt
-from ranksight.mesh import MeshAxis
+from ranksight.ground.mesh import MeshAxis
+from ranksight.ground.sql import RUN
 from ranksight.store import Store
-from ranksight.store.schema import RUN
 
 ORDERS: dict[str, tuple[str, ...]] = {
     "pp, tp, dp": ("pp", "tp", "dp"),

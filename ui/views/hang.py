@@ -13,13 +13,13 @@ import pandas as pd
 import streamlit as st
 
 from ranksight.analyzer.detectors.hang import find_hang
+from ranksight.ground.vocab import Kind
 from ranksight.ui import cache
 from ranksight.ui.context import PageContext
 from ranksight.ui.data import stacks
 from ranksight.ui.data.hang import group_summary, open_ops, suspects
 from ranksight.ui.guard import NoData
 from ranksight.ui.live import ago
-from ranksight.vocab import Kind
 
 MEMBER_COLUMNS = {
     "rank": "rank",

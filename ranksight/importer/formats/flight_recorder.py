@@ -4,7 +4,7 @@ ring of recent collectives -> ``collectives``, ``progress``, ``fr_dumps``, ``fr_
 
 from __future__ import annotations
 
-from ranksight.words import counted
+from ranksight.ground.words import counted
 
 from .. import fr
 from ..rows import Rows

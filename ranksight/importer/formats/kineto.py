@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from ranksight.words import counted
+from ranksight.ground.words import counted
 
 from .. import kineto, merge
 from .base import Format

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ranksight.collectors.bounded import mib
-from ranksight.words import counted, span
+from ranksight.ground.words import counted, span
 
 from .. import logs
 from .base import Format

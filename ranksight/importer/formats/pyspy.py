@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from ranksight.collectors.bounded import read_bytes
-from ranksight.words import counted
+from ranksight.ground.words import counted
 
 from .. import pyspy
 from .base import Format

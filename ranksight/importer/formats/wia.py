@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ranksight.words import counted
+from ranksight.ground.words import counted
 
 from .. import wia
 from .base import Format

@@ -1,6 +1,6 @@
 """torchrun's end-of-job summary: which ranks failed, how, and which it saw first.
 
-The ``ChildFailedError`` block (torch >= 1.9) is read by :mod:`ranksight.torchrun_log`
+The ``ChildFailedError`` block (torch >= 1.9) is read by :mod:`ranksight.importer.torchrun_log`
 (the launcher's parser, one home for the format); the older single line
 ``failed (exitcode: -9) local_rank: 3 (pid: 1234) of binary: ...`` is read here. Each
 failure is a ``child_failed`` event: ``rank`` (global, as torchrun says), ``local_rank``,
@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import signal
 
-from ranksight.torchrun_log import torchrun_failures
+from ranksight.importer.torchrun_log import torchrun_failures
 
 from .events import Event
 from .lines import LogLine

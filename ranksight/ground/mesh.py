@@ -4,7 +4,7 @@ how global ranks are laid out on it.
 Layout (pure arithmetic, no torch). How global ranks are laid out on the dp x pp x tp mesh (pure arithmetic, no torch).
 
 The mesh is built with ``init_device_mesh(device, (dp, pp, tp), mesh_dim_names=("dp", "pp",
-"tp"))``, the order of :data:`ranksight.mesh.MESH_AXES` (outermost first), so
+"tp"))``, the order of :data:`ranksight.ground.mesh.MESH_AXES` (outermost first), so
 
     rank = (dp_idx * pp + pp_idx) * tp + tp_idx
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
-from ranksight.words import counted
+from ranksight.ground.words import counted
 
 
 class MeshAxis(str, enum.Enum):

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ranksight import env
+from ranksight.ground import env
 from ranksight.store.base import MAX_ATOMIC_ROWS
 
 try:
