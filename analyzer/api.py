@@ -9,7 +9,7 @@ import pandas as pd
 
 from ranksight.store import Store
 
-from . import clock
+from . import clock, summary
 from .diagnose import Analysis, diagnose
 from .queries import load_run
 from .straggler import StragglerConfig
@@ -40,10 +40,11 @@ def analyze(
     since_s: float | None = None,
 ) -> Analysis:
     """Diagnose one run attempt (the latest when ``attempt`` is None); with ``save``, store
-    the findings for the UI (never for a window: those would replace the whole run's).
-    ``window`` limits the analysis to some steps, ``since_s`` to the steps that started in
-    the last that many seconds (analyzer/window.py). Raises UnknownRun for a run id not in
-    the store."""
+        the findings for the UI (never for a window: those would replace the whole run's), its
+    clock offsets and its per-rank-step summary (analyzer/summary.py).
+        ``window`` limits the analysis to some steps, ``since_s`` to the steps that started in
+        the last that many seconds (analyzer/window.py). Raises UnknownRun for a run id not in
+        the store."""
     data = load_run(store, run_id, attempt)
     if since_s is not None:
         window = since_window(data, since_s)
@@ -66,6 +67,8 @@ def analyze(
         save_findings(store, analysis, t)
         if not offsets.empty:
             store.insert("clock_offsets", clock.offset_rows(offsets, run_id, data.attempt, t))
+        running = str(data.run.get("status", "")) == "running"
+        summary.ensure(store, run_id, data.attempt, running=running)
     return analysis
 
 

@@ -18,7 +18,7 @@ process, for the breakdown.
 
 Pages: the heatmap (compute time, the default metric), the heatmap of the time each rank
 waited on others (``heatmap_waited``) and the run overview. Before the visits the run's
-per-rank-step summary (``ui/data/summary.py``) is made once, in this process, and timed:
+per-rank-step summary (``analyzer/summary.py``) is made once, in this process, and timed:
 a run's first heatmap view ever pays that once; "first render" is a fresh UI server's
 first visit of a run whose summary is stored.
 
@@ -91,15 +91,16 @@ def write_run(folder: str, ranks: int, steps: int) -> tuple[str, float, int]:
 
 def build_summary(folder: str, run_id: str) -> float:
     """Seconds to make the run's per-rank-step summary (once per run, stored)."""
+    from ranksight.analyzer import summary
     from ranksight.store import open_store
-    from ranksight.ui.data import summary
     from ranksight.ui.data.run import load_run_view
 
     store = open_store(folder)
     store.init_schema()  # a kept store from before the summary table: add it
     run = load_run_view(store, run_id)
     t = time.perf_counter()
-    covered = summary.ensure(store, run)
+    running = str(run.row.get("status", "")) == "running"
+    covered = summary.ensure(store, run.run_id, run.attempt, running=running)
     took = time.perf_counter() - t
     print(f"  summary: steps up to {covered} in {took:.2f} s (stored)", flush=True)
     return took

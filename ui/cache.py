@@ -89,8 +89,7 @@ def heatmap_cells(
     cols: int,
 ):
     """``data.heatmap.load_heatmap`` at watermark ``mark``."""
-    last = mark.last_step if isinstance(mark, RunMark) and mark.step_rows else None
-    return heatmap.load_heatmap(_store(url), run, metric, order, steps, rows, cols, last_step=last)
+    return heatmap.load_heatmap(_store(url), run, metric, order, steps, rows, cols)
 
 
 @st.cache_data(ttl=600, show_spinner=False, max_entries=32, hash_funcs=_KEYS)

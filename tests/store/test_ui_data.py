@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ranksight.analyzer import analyze
+from ranksight.analyzer import analyze, summary
 from ranksight.store import StoreError
 from ranksight.synthetic import SynthConfig, write_synthetic
 from ranksight.ui.data import (
@@ -20,7 +20,6 @@ from ranksight.ui.data import (
     overview,
     runs,
     stacks,
-    summary,
     timeline,
 )
 from ranksight.ui.data.run import (
@@ -142,23 +141,41 @@ def test_heatmap_bins_keep_the_largest_value_and_follow_the_mesh_order(synth_sto
     assert h.culprit_rows == {5: 1} and h.row_labels[0] == "3 ranks pp0 tp0-1 dp0-1"
 
 
-def test_heatmap_summary_is_made_once_from_settled_steps_and_a_running_tail_is_read_raw(
-    synth_store,
-):
-    finished = load_run_view(synth_store, RUN)
+def test_the_analyzer_makes_the_summary_from_settled_steps_and_the_heatmap_only_reads_it(store):
+    write_synthetic(store, SynthConfig(**MESH, steps=12, faults=(SLOW,), seed=1, run_id=RUN))
+    analyze(store, RUN, save=False)  # an analysis not saved writes nothing
+    finished = load_run_view(store, RUN)
     running = replace(finished, row={**finished.row, "status": "running"})
-    assert summary.read_state(synth_store, running)["covered"] == -1  # nothing made yet
-    for metric in heatmap.METRICS:  # the step before the slowest rank's last, then raw
-        got = heatmap.load_heatmap(synth_store, running, metric, ORDERS["rank"], (3, 11), 64, 64)
-        want = heatmap.load_heatmap(
-            synth_store, running, metric, ORDERS["rank"], (3, 11), 64, 64, use_summary=False
-        )
-        np.testing.assert_array_equal(got.vmax_ms, want.vmax_ms, err_msg=metric)
-        np.testing.assert_array_equal(got.worst_rank, want.worst_rank, err_msg=metric)
-    state = summary.read_state(synth_store, running)
+    assert summary.covered_step(store, RUN, finished.attempt) == -1
+
+    class ReadOnly:  # the heatmap's store: any write fails the test
+        url = "read-only"
+
+        def query(self, sql, params=None):
+            return store.query(sql, params)
+
+        def insert(self, table, rows):
+            raise AssertionError(f"the heatmap wrote {len(rows)} rows to {table}")
+
+    def same_as_raw(run):
+        for metric in heatmap.METRICS:
+            got = heatmap.load_heatmap(ReadOnly(), run, metric, ORDERS["rank"], (3, 11), 64, 64)
+            want = heatmap.load_heatmap(
+                store, run, metric, ORDERS["rank"], (3, 11), 64, 64, use_summary=False
+            )
+            np.testing.assert_array_equal(got.vmax_ms, want.vmax_ms, err_msg=metric)
+            np.testing.assert_array_equal(got.worst_rank, want.worst_rank, err_msg=metric)
+
+    same_as_raw(running)  # no summary yet: all raw
+    assert summary.covered_step(store, RUN, finished.attempt) == -1  # reading made nothing
+    # running: up to the step before the slowest rank's last; the heatmap reads the rest raw
+    assert summary.ensure(store, RUN, finished.attempt, running=True) == 10
+    state = summary.read_state(store, RUN, finished.attempt)
     assert (state["covered"], state["n_rows"]) == (10, 8 * 11)  # made once, steps 0..10
-    assert summary.ensure(synth_store, finished, last_step=11) == 11  # finished: all steps
-    assert summary.read_state(synth_store, running)["covered"] == 11
+    same_as_raw(running)
+    analyze(store, RUN)  # saved, the run finished: every step
+    assert summary.covered_step(store, RUN, finished.attempt) == 11
+    same_as_raw(finished)
     queries = []
 
     class Counting:
@@ -166,9 +183,11 @@ def test_heatmap_summary_is_made_once_from_settled_steps_and_a_running_tail_is_r
 
         def query(self, sql, params=None):
             queries.append(sql)
-            return synth_store.query(sql, params)
+            return store.query(sql, params)
 
-    assert summary.ensure(Counting(), finished, last_step=11) == 11 and len(queries) == 1
+    got = summary.ensure(Counting(), RUN, finished.attempt, running=False, last_step=11)
+    assert got == 11 and len(queries) == 1
+    synth_store = store
     stored = synth_store.query(
         "SELECT rank, step, compute_ns, has FROM rank_step_summary WHERE run_id = %(r)s", {"r": RUN}
     )
@@ -193,7 +212,8 @@ def test_a_store_without_the_summary_table_is_read_from_the_raw_rows(synth_store
                 raise StoreError("older: query failed: unknown table rank_step_summary")
             return synth_store.query(sql, params)
 
-    assert summary.ensure(Older(), run) is None
+    assert summary.covered_step(Older(), RUN, run.attempt) is None
+    assert summary.ensure(Older(), RUN, run.attempt, running=False) is None
     got = heatmap.load_heatmap(Older(), run, "waited", ORDERS["rank"], (0, 11), 64, 64)
     want = waits_ms(synth_store, "waiter").reindex(index=range(8), columns=range(12))
     np.testing.assert_allclose(as_rank_step(got).fillna(0).to_numpy(), want.fillna(0).to_numpy())

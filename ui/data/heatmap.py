@@ -13,9 +13,10 @@ rank is not averaged away, and the hover also gives the mean):
 - ``collective``: time in collectives and send/recv (end minus start), including any
   wait for the last arriver.
 
-Steps every rank has moved past are read from the run's per-rank-step summary
-(``data.summary``: these same queries, run once and stored), the newer ones from the raw
-rows: at 1,024 ranks x 1,000 steps the wait metrics join 22 M collective rows.
+Steps the run's per-rank-step summary covers are read from it (``analyzer/summary.py``:
+these same queries, run once by the analyzer when it saves findings, and stored), the
+others from the raw rows: at 1,024 ranks x 1,000 steps the wait metrics join 22 M
+collective rows. The heatmap only reads.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ranksight.analyzer import summary
+from ranksight.analyzer.metrics_sql import INNER_QUERIES, METRICS, STEP_WINDOW, inner_query
 from ranksight.store import Store
 
-from . import summary
-from .metrics_sql import INNER_QUERIES, METRICS, STEP_WINDOW, inner_query
 from .run import RUN, RunView, ordered_ranks, weights_for
 
 # The summary's rows (settled steps up to %(covered)s), then the raw rows after them.
@@ -109,14 +110,13 @@ def load_heatmap(
     max_rows: int,
     max_cols: int,
     use_summary: bool = True,
-    last_step: int | None = None,
 ) -> Heatmap:
     """Bin ``metric`` over the run's ranks (in ``order``, see ``run.position_weights``)
     and steps ``steps`` (inclusive) into at most ``max_rows`` x ``max_cols`` cells, in
-    the store. Settled steps are read from the run's summary (``data.summary``, made on
-    first use unless ``use_summary`` is False; ``last_step``: the run's last recorded
-    step if known, see ``summary.ensure``), later ones from the raw rows. Raises
-    ValueError for an unknown metric or empty step range, StoreError."""
+    the store. Steps the run's stored summary covers are read from it (unless
+    ``use_summary`` is False; ``analyzer/summary.py``), later ones from the raw rows.
+    Never writes. Raises ValueError for an unknown metric or empty step range,
+    StoreError."""
     if metric not in INNER_QUERIES:
         raise ValueError(f"unknown heatmap metric {metric!r}; known: {', '.join(METRICS)}")
     s_lo, s_hi = steps
@@ -127,7 +127,7 @@ def load_heatmap(
     rb, sb = max(1, math.ceil(n_pos / max_rows)), max(1, math.ceil((s_hi - s_lo + 1) / max_cols))
     params = {**run.params, **weights_for(run.ranks, order, run.shape)}
     params.update(s_lo=s_lo, s_hi=s_hi, rb=rb, sb=sb)
-    covered = summary.ensure(store, run, last_step) if use_summary else None
+    covered = summary.covered_step(store, run.run_id, run.attempt) if use_summary else None
     params.update(cell_params(metric, covered))
     cells = store.query(_BINNED.format(inner=cell_query(metric, covered, s_lo, s_hi)), params)
     return _assemble(metric, cells, ranks, rb, sb, s_lo, s_hi, run.culprits)

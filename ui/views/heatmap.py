@@ -20,8 +20,9 @@ from ranksight.ui.figures.heatmap import (
 from ranksight.ui.guard import NoData
 
 SUMMARIZING = (
-    "Reading the heatmap. A run's first view summarizes its steps per rank once and stores"
-    " that (about 10 s for 1,024 ranks x 1,000 steps on 2 cores); later views read the summary."
+    "Reading the heatmap. A run analyzed with `ranksight report --save` is read from its"
+    " per-rank-step summary; steps after it are read from the raw rows (about 10 s for"
+    " 1,024 ranks x 1,000 steps on 2 cores)."
 )
 
 

@@ -1,11 +1,11 @@
-"""The heatmap's per-rank-step metric queries (ns per rank and step), shared by the
-heatmap (``data.heatmap``, for steps not yet summarized) and the per-rank-step summary
-(``data.summary``, which runs them once and stores the result). See ``data.heatmap`` for
+"""The per-rank-step metric queries (ns per rank and step), shared by the per-rank-step
+summary (:mod:`ranksight.analyzer.summary`, which runs them once and stores the result)
+and the UI's heatmap (``ui/data/heatmap.py``, for steps not yet summarized), which says
 what each metric means."""
 
 from __future__ import annotations
 
-from .run import RUN
+from ranksight.ground.sql import RUN
 
 METRICS = {
     "compute": "compute time (self time of forward, backward, optimizer)",

@@ -1,9 +1,10 @@
 """Per rank and step, the heatmap's metrics computed once from the raw rows and kept in
-the store (table ``rank_step_summary``), so the heatmap reads about one row per rank and
-step instead of the tens of phase and collective rows behind it.
+the store (table ``rank_step_summary``), so the UI's heatmap reads about one row per rank
+and step instead of the tens of phase and collective rows behind it.
 
-The raw queries are the heatmap's own (``data.heatmap``): the metrics are the same
-numbers. Steps are summarized once *settled*: every rank has recorded a later step (a
+The analyzer makes it when it saves a run's findings (``analyze(save=True)``, ``ranksight
+report --save``); readers (the UI) only read it. The raw queries are the heatmap's own
+(:mod:`ranksight.analyzer.metrics_sql`): the metrics are the same numbers. Steps are summarized once *settled*: every rank has recorded a later step (a
 running run), or all of them (a run whose stored status is no longer ``running``). A
 page reads settled steps from the summary and the steps after them from the raw rows, so
 a running job's newest steps show at once and each new settled step is summarized once
@@ -12,8 +13,8 @@ Parquet segments; readers of a run being written are not disturbed). Two servers
 summarize the same steps at once store them twice; reads take one row per rank and step
 (``any``), so the numbers do not change.
 
-A store without the table (an older schema, not migrated) or one the UI may not write
-(a read-only user) is read from the raw rows, as before.
+A store without the table (an older schema, not migrated), one the analyzer may not write
+(a read-only user) or a run never analyzed with ``save`` is read from the raw rows.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ import time
 import numpy as np
 import pandas as pd
 
+from ranksight.ground.sql import RUN
 from ranksight.store import Store, StoreError
 
 from .metrics_sql import inner_query, waits_both
-from .run import RUN, RunView
 
 TABLE = "rank_step_summary"
 
@@ -73,9 +74,9 @@ _locks: dict[tuple, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
 
-def _lock(store: Store, run: RunView) -> threading.Lock:
+def _lock(store: Store, run_id: str, attempt: int) -> threading.Lock:
     """One lock per store and run attempt in this process: one summarizer at a time."""
-    key = (getattr(store, "url", id(store)), run.run_id, run.attempt)
+    key = (getattr(store, "url", id(store)), run_id, attempt)
     with _locks_guard:
         return _locks.setdefault(key, threading.Lock())
 
@@ -88,31 +89,47 @@ def settled_step(state: dict, running: bool) -> int:
     return int(state["last_step"] if not running else state["settled_running"] - 1)
 
 
-def read_state(store: Store, run: RunView) -> dict:
+def read_state(store: Store, run_id: str, attempt: int) -> dict:
     """``{settled_running, last_step, n_ranks, covered, n_rows, first_step}`` (covered:
     the last summarized step, -1 if none). Raises StoreError (e.g. no summary table)."""
-    got = store.query(STATE, run.params)
+    got = store.query(STATE, {"run_id": run_id, "attempt": attempt})
     state = {k: int(got[k].iloc[0] or 0) for k in got.columns}
     if not state["n_rows"]:  # max() of no rows reads 0 on some engines
         state["covered"] = -1
     return state
 
 
-def ensure(store: Store, run: RunView, last_step: int | None = None) -> int | None:
-    """Summarize the run's settled steps not yet in the store; returns the last step
-    the summary covers (-1: none yet), or None if the store has no summary table. A
-    store that refuses the write (read-only) keeps what it had. ``last_step``: the run's
-    last recorded step, if known (``RunMark.last_step``): a run no longer running whose
-    summary reaches it costs one small query. Raises StoreError if the raw rows cannot
-    be read."""
-    running = str(run.row.get("status", "")) == "running"
-    with _lock(store, run):
+def covered_step(store: Store, run_id: str, attempt: int) -> int | None:
+    """The last step the stored summary covers (-1: none yet), None if the store has no
+    summary table (or it cannot be read). One small query; never writes."""
+    try:
+        got = store.query(COVERAGE, {"run_id": run_id, "attempt": attempt})
+    except StoreError:
+        return None
+    return int(got["covered"].iloc[0]) if int(got["n_rows"].iloc[0]) else -1
+
+
+def ensure(
+    store: Store,
+    run_id: str,
+    attempt: int,
+    *,
+    running: bool,
+    last_step: int | None = None,
+) -> int | None:
+    """Summarize the run attempt's settled steps not yet in the store (``running``: its
+    stored status is ``running``, so only steps every rank has moved past); returns the
+    last step the summary covers (-1: none yet), or None if the store has no summary
+    table. A store that refuses the write (read-only) keeps what it had. ``last_step``:
+    the run's last recorded step, if known: a run no longer running whose summary reaches
+    it costs one small query. Raises StoreError if the raw rows cannot be read."""
+    with _lock(store, run_id, attempt):
         try:
             if last_step is not None and not running:
-                got = store.query(COVERAGE, run.params)
-                if int(got["n_rows"].iloc[0]) and int(got["covered"].iloc[0]) >= last_step:
-                    return int(got["covered"].iloc[0])
-            state = read_state(store, run)
+                got = covered_step(store, run_id, attempt)
+                if got is not None and got >= last_step:
+                    return got
+            state = read_state(store, run_id, attempt)
         except StoreError:
             return None
         covered, target = state["covered"], settled_step(state, running)
@@ -122,7 +139,7 @@ def ensure(store: Store, run: RunView, last_step: int | None = None) -> int | No
         per_chunk = max(1, RANK_STEPS_PER_CHUNK // max(1, state["n_ranks"]))
         for b_lo in range(lo, target + 1, per_chunk):
             b_hi = min(target, b_lo + per_chunk - 1)
-            rows = summarize(store, run, b_lo, b_hi)
+            rows = summarize(store, run_id, attempt, b_lo, b_hi)
             try:
                 if not rows.empty:
                     store.insert(TABLE, rows)
@@ -132,11 +149,11 @@ def ensure(store: Store, run: RunView, last_step: int | None = None) -> int | No
         return covered
 
 
-def summarize(store: Store, run: RunView, b_lo: int, b_hi: int) -> pd.DataFrame:
+def summarize(store: Store, run_id: str, attempt: int, b_lo: int, b_hi: int) -> pd.DataFrame:
     """The summary rows of steps ``b_lo..b_hi`` (inclusive) from the raw rows: one per
     rank and step that has any, columns as the ``rank_step_summary`` table. Raises
     StoreError."""
-    params = {**run.params, "b_lo": b_lo, "b_hi": b_hi}
+    params = {"run_id": run_id, "attempt": attempt, "b_lo": b_lo, "b_hi": b_hi}
     parts = {
         "compute": store.query(inner_query("compute", "b_lo", "b_hi"), params),
         "collective": store.query(inner_query("collective", "b_lo", "b_hi"), params),
@@ -145,10 +162,10 @@ def summarize(store: Store, run: RunView, b_lo: int, b_hi: int) -> pd.DataFrame:
     waits = store.query(waits_both("b_lo", "b_hi"), params)
     parts["waited"] = waits[["r", "s", "waited"]].rename(columns={"waited": "val"})
     parts["waited_on"] = waits[["r", "s", "waited_on"]].rename(columns={"waited_on": "val"})
-    return _combine(run, parts)
+    return _combine(run_id, attempt, parts)
 
 
-def _combine(run: RunView, parts: dict[str, pd.DataFrame]) -> pd.DataFrame:
+def _combine(run_id: str, attempt: int, parts: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per (rank, step) of any part, each metric's column and bit from its part."""
     frames = [p[["r", "s"]] for p in parts.values() if not p.empty]
     if not frames:
@@ -166,5 +183,5 @@ def _combine(run: RunView, parts: dict[str, pd.DataFrame]) -> pd.DataFrame:
             has[at] |= BITS[metric]
         out[column] = values
     out["has"] = has
-    out["run_id"], out["attempt"], out["built_ns"] = run.run_id, run.attempt, time.time_ns()
+    out["run_id"], out["attempt"], out["built_ns"] = run_id, attempt, time.time_ns()
     return out
