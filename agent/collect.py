@@ -27,6 +27,7 @@ from ranksight.collectors.netdev import NetdevCollector
 from ranksight.collectors.nvml import NvmlCollector
 from ranksight.collectors.nvml_events import XidCollector
 from ranksight.collectors.postmortem import PostmortemCollector
+from ranksight.collectors.pressure import PressureCollector
 from ranksight.collectors.rdma import RdmaCollector
 from ranksight.collectors.topology import TopologyCollector
 from ranksight.ground.words import counted
@@ -36,7 +37,9 @@ from .stall import StallWatcher
 
 log = logging.getLogger("ranksight.agent.collect")
 
-NAMES = ("nvml", "xid", "topology", "rdma", "netdev", "host", "fr", "stacks", "postmortem")
+NAMES = (
+    "nvml", "xid", "topology", "rdma", "netdev", "host", "pressure", "fr", "stacks", "postmortem",
+)  # fmt: skip
 """Every collector, by the name ``--collectors`` takes."""
 
 
@@ -105,6 +108,7 @@ def build(config: CollectConfig) -> list[Collector]:
         "rdma": lambda: RdmaCollector(ctx),
         "netdev": lambda: NetdevCollector(ctx),
         "host": lambda: HostCollector(ctx, local_ranks=ranks),
+        "pressure": lambda: PressureCollector(ctx),
         "fr": lambda: FrCollector(ctx, prefixes=config.fr_prefixes),
         "postmortem": lambda: PostmortemCollector(ctx),
         "stacks": lambda: StallWatcher(

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """Version of the table layout below; stored in the ``schema_version`` table.
 1: the first tables. 2: ``batch_id`` on the agent-shipped tables; the ``progress``,
 ``agent_stats``, ``clock_offsets`` and collector tables (added by ``store/migrate.py``).
 3: ``rank_ends``; ``proc_samples.run_delay_ns``. 4: ``rank_step_summary``.
 5: ``steps.grad_norm``, ``steps.gpu_mem_allocated_bytes``, ``steps.gpu_mem_reserved_bytes``.
-6: ``log_events``. 7: ``agent_stats.quarantined``."""
+6: ``log_events``. 7: ``agent_stats.quarantined``. 8: ``host_pressure``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,8 +301,8 @@ RANK_STEP_SUMMARY = Table(
     ),
     order_by=("run_id", "attempt", "step", "rank"),
 )
-"""Per rank and step, the heatmap's metrics, computed once from the raw rows by the UI
-(ui/data/summary.py) for steps every rank has moved past, so a page reads about one row
+"""Per rank and step, the heatmap's metrics, computed once from the raw rows by the
+analyzer when it saves findings (analyzer/summary.py) for steps every rank has moved past, so a page reads about one row
 per rank and step instead of tens (a bit of ``has`` clear: no raw rows for that metric)."""
 
 SCHEMA_VERSION_TABLE = Table(
@@ -466,6 +466,28 @@ HOST_SAMPLES = Table(
     order_by=("host", "ts_ns"),
     time_column="ts_ns",
 )
+
+HOST_PRESSURE = Table(
+    "host_pressure",
+    _NODE
+    + (
+        ("resource", "String"),  # cpu | memory | io | irq (the file under /proc/pressure)
+        ("some_avg10", "Float64"),  # % of wall time some task stalled, last 10 s; NaN: none
+        ("some_avg60", "Float64"),
+        ("some_avg300", "Float64"),
+        ("some_total_us", "Int64"),  # stalled time since boot (us); -1: not reported
+        ("full_avg10", "Float64"),  # % of wall time every non-idle task stalled at once
+        ("full_avg60", "Float64"),
+        ("full_avg300", "Float64"),
+        ("full_total_us", "Int64"),
+    ),
+    order_by=("host", "resource", "ts_ns"),
+    time_column="ts_ns",
+)
+"""The kernel's pressure stall information (PSI, Linux >= 4.20, ``/proc/pressure/*``;
+Documentation/accounting/psi.rst): how much wall time tasks of the host waited for CPU,
+memory or I/O. CPU "some" pressure is runnable tasks waiting for a core: the contention
+the reference trainer's ``cpu_contention`` fault makes."""
 
 PROC_SAMPLES = Table(
     "proc_samples",
@@ -634,6 +656,7 @@ TABLES: dict[str, Table] = {
         NIC_PORTS,
         NIC_SAMPLES,
         HOST_SAMPLES,
+        HOST_PRESSURE,
         PROC_SAMPLES,
         STACKS,
         FR_DUMPS,

@@ -35,7 +35,7 @@ def agent(
     ),
     collectors: str = typer.Option(
         "default",
-        help="node collectors: default, none, or some of nvml,xid,topology,rdma,netdev,host,fr,stacks,postmortem",
+        help="node collectors: default, none, or some of nvml,xid,topology,rdma,netdev,host,pressure,fr,stacks,postmortem",
     ),
     stall_s: float = typer.Option(
         60.0,
