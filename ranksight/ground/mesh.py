@@ -1,7 +1,7 @@
 """The parallel mesh: its axes, named once and used everywhere (code, columns, labels), and
 how global ranks are laid out on it.
 
-Layout (pure arithmetic, no torch). How global ranks are laid out on the dp x pp x tp mesh (pure arithmetic, no torch).
+Layout (pure arithmetic, no torch): how global ranks lie on the dp x pp x tp mesh.
 
 The mesh is built with ``init_device_mesh(device, (dp, pp, tp), mesh_dim_names=("dp", "pp",
 "tp"))``, the order of :data:`ranksight.ground.mesh.MESH_AXES` (outermost first), so
