@@ -32,6 +32,18 @@ def test_the_copied_files_read_as_they_say():
     assert len(stored) == 3 and stored["some_total_us"].dtype.kind == "i"
 
 
+def test_the_gpu_machines_files_read_as_they_say():
+    """Copied from the lent H200 machine (tests/data/proc/README.md): I/O "full" pressure
+    equal to "some" there, as when one task is the only one waiting."""
+    gpu = os.path.join(os.path.dirname(PROC), "h200-gpu-6.18")
+    c = PressureCollector(CTX, proc_root=gpu)
+    c.open()
+    rows = {r["resource"]: r for r in c.collect(1)["host_pressure"]}
+    assert set(rows) == {"cpu", "memory", "io"}
+    assert rows["io"]["some_avg10"] == rows["io"]["full_avg10"] == 5.56
+    assert rows["cpu"]["some_total_us"] > 0 and rows["cpu"]["full_avg60"] == 0.0
+
+
 def test_this_machines_pressure_files_read_or_the_collector_says_why():
     c = PressureCollector(CTX)
     if not os.path.isdir("/proc/pressure"):
