@@ -94,7 +94,9 @@ def import_cmd(
     from ranksight.analyzer import analyze
 
     try:
-        analysis = analyze(s, result.run_id, result.attempt)
+        # saved where the import persists (findings, clock offsets, the UI's summary); an
+        # in-memory one-shot import is forgotten at exit, so it writes nothing more
+        analysis = analyze(s, result.run_id, result.attempt, save=bool(kept))
         rep.emit(analysis, analysis_run(s, result.run_id, analysis.attempt), format, console)
     except StoreError as e:
         fail(str(e))
