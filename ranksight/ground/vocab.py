@@ -10,6 +10,7 @@ JSON report and the UI hold. An unknown word raises ``ValueError`` naming it
 from __future__ import annotations
 
 import enum
+from typing import TypeVar
 
 
 class _Word(str, enum.Enum):
@@ -103,19 +104,24 @@ class Cause(_Word):
     WORKER_DIED = "worker_died"
 
 
+_W = TypeVar("_W", bound="_Word")
+
+
+def _word_of(words: type[_W], word: str, what: str) -> _W:
+    """``word`` as a member of ``words``. Raises ValueError naming it, ``what`` it should
+    be, and the known words."""
+    try:
+        return words(word)
+    except ValueError:
+        known = ", ".join(w.value for w in words)
+        raise ValueError(f"unknown {what} {word!r} (known: {known})") from None
+
+
 def kind_of(word: str) -> Kind:
     """``word`` as a :class:`Kind`. Raises ValueError naming it and the known kinds."""
-    try:
-        return Kind(word)
-    except ValueError:
-        known = ", ".join(k.value for k in Kind)
-        raise ValueError(f"unknown finding kind {word!r} (known: {known})") from None
+    return _word_of(Kind, word, "finding kind")
 
 
 def cause_of(word: str) -> Cause:
     """``word`` as a :class:`Cause`. Raises ValueError naming it and the known causes."""
-    try:
-        return Cause(word)
-    except ValueError:
-        known = ", ".join(c.value for c in Cause)
-        raise ValueError(f"unknown cause {word!r} (known: {known})") from None
+    return _word_of(Cause, word, "cause")
