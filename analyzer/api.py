@@ -40,11 +40,10 @@ def analyze(
     since_s: float | None = None,
 ) -> Analysis:
     """Diagnose one run attempt (the latest when ``attempt`` is None); with ``save``, store
-        the findings for the UI (never for a window: those would replace the whole run's), its
-    clock offsets and its per-rank-step summary (analyzer/summary.py).
-        ``window`` limits the analysis to some steps, ``since_s`` to the steps that started in
-        the last that many seconds (analyzer/window.py). Raises UnknownRun for a run id not in
-        the store."""
+    the findings for the UI (never for a window: those would replace the whole run's), its
+    clock offsets and its per-rank-step summary (analyzer/summary.py). ``window`` limits
+    the analysis to some steps, ``since_s`` to the steps that started in the last that
+    many seconds (analyzer/window.py). Raises UnknownRun for a run id not in the store."""
     data = load_run(store, run_id, attempt)
     if since_s is not None:
         window = since_window(data, since_s)
@@ -68,7 +67,8 @@ def analyze(
         if not offsets.empty:
             store.insert("clock_offsets", clock.offset_rows(offsets, run_id, data.attempt, t))
         running = str(data.run.get("status", "")) == "running"
-        summary.ensure(store, run_id, data.attempt, running=running)
+        last = int(data.steps["step"].max()) if not data.steps.empty else None
+        summary.ensure(store, run_id, data.attempt, running=running, last_step=last)
     return analysis
 
 

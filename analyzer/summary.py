@@ -4,12 +4,14 @@ and step instead of the tens of phase and collective rows behind it.
 
 The analyzer makes it when it saves a run's findings (``analyze(save=True)``, ``ranksight
 report --save``); readers (the UI) only read it. The raw queries are the heatmap's own
-(:mod:`ranksight.analyzer.metrics_sql`): the metrics are the same numbers. Steps are summarized once *settled*: every rank has recorded a later step (a
-running run), or all of them (a run whose stored status is no longer ``running``). A
-page reads settled steps from the summary and the steps after them from the raw rows, so
-a running job's newest steps show at once and each new settled step is summarized once
-(``ensure``). The summary is written in segments of its own (chdb: new immutable
-Parquet segments; readers of a run being written are not disturbed). Two servers that
+(:mod:`ranksight.analyzer.metrics_sql`): the metrics are the same numbers.
+
+Steps are summarized once *settled*: every rank has recorded a later step (a running
+run), or all of them (a run whose stored status is no longer ``running``). A page reads
+settled steps from the summary and the steps after them from the raw rows, so a running
+job's newest steps show at once and each new settled step is summarized once, at the next
+save (``ensure``). The summary is written in segments of its own (chdb: new immutable
+Parquet segments; readers of a run being written are not disturbed). Two savers that
 summarize the same steps at once store them twice; reads take one row per rank and step
 (``any``), so the numbers do not change.
 
