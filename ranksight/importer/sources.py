@@ -67,6 +67,7 @@ def sniff(path: str) -> tuple[str | None, str]:
     """(kind, reason) for the file at ``path``: the first registered format that
     recognizes its first 64 KiB (``formats.FORMATS``), else (None, why it is none)."""
     from .formats import FORMATS
+    from .formats.base import json_prefix
 
     try:
         head = head_of(path)
@@ -81,7 +82,7 @@ def sniff(path: str) -> tuple[str | None, str]:
             return fmt.kind, ""
         if got:
             return None, got
-    if text.lstrip().startswith("{"):
+    if json_prefix(text):
         return None, "JSON, but neither a Kineto trace nor a Flight Recorder dump"
     return None, "binary data of no known kind"
 

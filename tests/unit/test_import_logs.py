@@ -179,3 +179,17 @@ def test_pyspy_pasted_in_a_log_is_read_with_the_log(tmp_path) -> None:
     )
     got = dict(zip(kinds["kind"], kinds["n"], strict=True))
     assert got["timeout"] == 3 and got["stack"] == 1
+
+
+def test_a_console_opening_with_a_dict_repr_is_text() -> None:
+    """axolotl#1473: HF Trainer's metrics lines ``{'loss': 0.1146, ...}`` open the console;
+    it is read as text (it was refused as JSON), while JSON cut at 64 KiB is still JSON."""
+    from ranksight.importer.formats.base import json_prefix
+    from ranksight.importer.sources import sniff
+
+    case = "bk-axolotl1473-dict-repr-first-line-illegal-memory-rank7"
+    assert sniff(_case(case)) == ("log", "")
+    (err,) = [e for e in read_file(_case(case)) if e.kind == "gpu_error"]
+    assert err.rank == 7
+    assert json_prefix('{"traceEvents": [{"ph": "X", "dur": 1.') and json_prefix('{"a": tr')
+    assert not json_prefix("{'loss': 0.1146}") and not json_prefix('{"a" 1}')

@@ -21,10 +21,34 @@ A format is a class with:
 
 from __future__ import annotations
 
+import json
+import re
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from ..run import ImportResult, ImportState
+
+
+_CUT_VALUE = re.compile(r"[-+.eE0-9]*|t(r(ue?)?)?|f(a(l(se?)?)?)?|n(u(ll?)?)?")
+"""What a JSON value cut at the end of the prefix can leave after the decoder stops: part
+of a number (``1.``, ``2e-``) or of a literal (``tr``)."""
+
+
+def json_prefix(text: str) -> bool:
+    """Whether ``text`` (a file's first 64 KiB, decoded) begins a JSON object: its first
+    value parses, or the text ends inside it (a document longer than the prefix). Text
+    that merely opens with ``{``, as a Python dict's repr does (HF Trainer's metrics
+    lines ``{'loss': 0.1146, ...}``: keys in single quotes), is none."""
+    s = text.lstrip()
+    if not s.startswith("{"):
+        return False
+    try:
+        json.JSONDecoder().raw_decode(s)
+    except json.JSONDecodeError as exc:
+        return exc.msg.startswith("Unterminated string") or bool(
+            _CUT_VALUE.fullmatch(s[exc.pos :].strip())
+        )
+    return True
 
 
 class Format:

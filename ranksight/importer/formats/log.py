@@ -9,7 +9,7 @@ from ranksight.collectors.bounded import mib
 from ranksight.ground.words import counted, span
 
 from .. import logs
-from .base import Format
+from .base import Format, json_prefix
 
 WORDS = {"timeout": ("watchdog timeout", None), "status": ("watchdog status line", None),
          "desync_report": ("desync report line", None), "mismatch": ("fingerprint mismatch", "fingerprint mismatches"),
@@ -33,8 +33,9 @@ class TextLog(Format):
 
     @staticmethod
     def recognize(head: bytes, text: str) -> str | None:
-        """Any text that is not JSON or binary."""
-        if text.lstrip().startswith("{"):
+        """Any text that is not JSON (:func:`~.base.json_prefix`: a Python dict's repr
+        opening a console log is text) or binary."""
+        if json_prefix(text):
             return None
         return None if "\x00" in text[:4096] else ""
 
