@@ -22,8 +22,12 @@ overlapped other work, or a replay that does not model the run. So:
 3. **Composition.** The findings that cost step time (stragglers, slow links, transient
    stragglers) are capped together at the run's measured excess: the job step over the
    analyzed steps against a clean baseline (the median job step before the earliest
-   onset, else the 10th percentile of the analyzed job steps, which no fault left slow).
-   Above it, each is scaled by the same factor and a note says so.
+   onset; for findings without an onset, the 10th percentile of the analyzed job steps,
+   which no fault left slow). Above it, each is scaled by the same factor and a note says
+   so. Where the faults hold from the first analyzed step there is no clean step: the
+   stragglers' impacts were composed by one what-if replay of them together
+   (``whatif/impact.py: joint_impacts``) where it could run, and together they are capped
+   at :data:`MAX_ESTIMATE_PCT`.
 
 Job step: the first rank's start to the last rank's end of one step (README, "Reading a
 report").
@@ -109,8 +113,14 @@ def measured(f: Finding, wall: pd.Series) -> tuple[Finding, str | None]:
     m = before_after(wall, onset) if onset is not None else None
     estimate = round(float(f.impact_pct), 1)
     if m is None:
-        method = "replay" if "whatif" in f.evidence else "excess estimate (upper bound)"
-        f = _capped(f) if method != "replay" else f
+        method = (
+            "joint replay"
+            if "joint_whatif" in f.evidence
+            else "replay"
+            if "whatif" in f.evidence
+            else "excess estimate (upper bound)"
+        )
+        f = _capped(f) if method == "excess estimate (upper bound)" else f
         ev = {**f.evidence, "impact_method": method, "impact_error_pts": f.impact_pct}
         return dataclasses.replace(f, evidence=ev), None
     ev = {
@@ -206,12 +216,17 @@ def _hidden(f: Finding) -> Finding:
     )
 
 
-def run_excess_pct(wall: pd.Series, first_onset: int | None) -> float:
+def run_excess_pct(wall: pd.Series, first_onset: int | None) -> float | None:
     """The run's measured excess (rule 3): the mean job step from ``first_onset`` (all
-    analyzed steps when None) over a clean baseline, as a percent of that mean."""
+    analyzed steps when None) over a clean baseline, as a percent of that mean. None where
+    faults with an onset hold from (almost) the first analyzed step: no analyzed step is
+    clean, and the 10th percentile of slow steps is no baseline (two slow ranks from step
+    1 measured 7% over it while their clean twin ran 45% faster)."""
     if wall.empty:
         return 0.0
     before = wall[wall.index < first_onset] if first_onset is not None else wall.iloc[0:0]
+    if first_onset is not None and len(before) < 2:
+        return None
     base = float(before.median()) if len(before) >= 2 else float(wall.quantile(0.10))
     after = wall[wall.index >= first_onset] if len(before) >= 2 else wall
     now = float(after.mean())
@@ -259,6 +274,9 @@ def checked_impacts(
     onsets = [o for i in costly if (o := _onset(out[i])) is not None]
     cap = run_excess_pct(wall, min(onsets) if onsets else None)
     total = sum(out[i].impact_pct for i in costly)
+    clean = cap is not None
+    if cap is None:  # no clean step: the estimates together stay under the estimate cap
+        cap = MAX_ESTIMATE_PCT
     if total > cap > 0:
         scale = cap / total
         for i in costly:
@@ -272,5 +290,9 @@ def checked_impacts(
             f"the findings' impacts added up to {total:.0f}% where the run's job step was "
             f"{cap:.0f}% over its clean steps: each is scaled by {scale:.2f} so that together "
             "they are what was measured"
+            if clean
+            else f"the findings' impacts added up to {total:.0f}%, and no analyzed step was "
+            f"free of them to measure against: each is scaled by {scale:.2f} so that together "
+            f"they claim at most {cap:.0f}% (an upper bound)"
         )
     return out, notes

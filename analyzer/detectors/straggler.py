@@ -8,7 +8,9 @@ flagged rank is a victim, not a culprit (``analyzer/waits.py``). Cause: data loa
 compute, refined by the host (``analyzer/causes.py``: GC, CPU contention) and the GPU
 (``analyzer/gpu_causes.py``). Impact: before/after where the run has steps before the
 onset, else a what-if replay (``analyzer/whatif/impact.py``), else the excess estimate
-(:func:`_impact`); checked and composed afterwards (``analyzer/impact.py``).
+(:func:`_impact`); several stragglers without an onset to measure from are composed by
+one replay of them together (``whatif/impact.py: joint_impacts``); all checked and
+composed afterwards (``analyzer/impact.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ..gpu_causes import refine_gpu_cause
 from ..impact import can_measure, job_steps
 from ..straggler import SlowRank
 from ..waits import WaitSummary, summarize_waits
-from ..whatif.impact import replay_impacts, straggler_impacts
+from ..whatif.impact import joint_impacts, replay_impacts, straggler_impacts
 from .base import Detector, RunContext, Stage
 
 if TYPE_CHECKING:
@@ -215,6 +217,8 @@ def detect(run: RunContext, found: list[Finding]) -> tuple[list[Finding], list[s
         rest, more = replay_impacts(rest, data, coords)
     else:
         rest, more = straggler_impacts(rest, data, coords, peers)
+        rest, joint = joint_impacts(rest, data, coords)
+        more += joint
     return measured + rest, notes + more
 
 

@@ -156,3 +156,20 @@ def test_a_replay_that_does_not_reproduce_the_measured_step_is_not_used(chdb_sto
         and "not trusted" in n
         for n in analysis.notes
     )
+
+
+def test_two_slow_ranks_from_the_start_compose_to_their_joint_slowdown(chdb_store):
+    # ranks 6 (dp0, pp3) and 9 (dp1, pp0): each alone in its own pipeline would claim the
+    # gain of both, as the other replica is taken to arrive no later
+    faults = ("slow:rank=6,factor=1.8,from_step=1", "slow:rank=9,factor=1.8,from_step=1")
+    faulty = SynthConfig(**SHAPE, faults=faults)
+    true = true_impact(chdb_store, faulty, SynthConfig(**SHAPE), REPLAY_ONSET)
+    analysis = analyze(chdb_store, faulty.run_id, save=False)
+    found = sorted(analysis.findings, key=lambda f: f.culprit_rank)
+    assert [(f.kind, f.culprit_rank) for f in found] == [("straggler", 6), ("straggler", 9)]
+    assert {f.evidence["impact_method"] for f in found} == {"joint replay"}
+    own = sum(f.evidence["joint_whatif"]["own_impact_pct"] for f in found)
+    total = sum(f.impact_pct for f in found)
+    assert own > true + 5, (own, true)  # alone, each overstates: the sum would be wrong
+    assert abs(total - true) < 5, (total, true, [f.evidence["joint_whatif"] for f in found])
+    assert any("replay of 16 ranks with all of them" in n for n in analysis.notes)
