@@ -160,12 +160,16 @@ def _same_process(frame: pd.DataFrame) -> pd.DataFrame:
 def _locals(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """Lines that give only a local rank (``[default3]:``, NCCL's ``[cudaDev]``, torchrun's
     old ``local_rank: 3``): the global rank where nothing says the job spans several
-    nodes and the processes' local ranks are distinct (one GPU each)."""
+    nodes, the processes' local ranks are distinct (one GPU each) and no process whose
+    global rank a line states has another local rank (UniWorld#46: rank 6 on cudaDev 2)."""
     todo = (frame["rank"] < 0) & (frame["local_rank"] >= 0)
     if not todo.any():
         return frame, ""
     hosts = {str(h) for h in frame["host"] if str(h)}
     ranked = frame.loc[frame["rank"] >= 0, "rank"]
+    both = frame[(frame["rank"] >= 0) & (frame["local_rank"] >= 0)]
+    if (both["rank"] != both["local_rank"]).any():  # rank 6 on cudaDev 2: not the first node
+        return frame, ""
     procs = frame[todo & (frame["pid"] >= 0)].drop_duplicates(["host", "pid"])
     if (
         len(hosts) > 1

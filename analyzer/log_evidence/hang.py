@@ -149,10 +149,13 @@ def _timeouts(ev: Evidence, coords: pd.DataFrame) -> tuple[list, list[str]]:
 def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
     one = len(ev.present) <= 1  # one rank's log: the others' silence says little
     silent = ev.missing()
-    quiet = sorted(ev.present - blocked - set(odd) - set(behind))
+    aborted = _aborted(ev)
+    quiet = sorted(ev.present - blocked - set(odd) - set(behind) - aborted)
     main = next(iter(evidence.values()))
     base = {"seq": main["seq"], "op": main["op"], "groups": evidence, "silent": silent,
             "no_timeout": quiet, "world_size": ev.world, "world_exact": ev.world_exact}  # fmt: skip
+    if aborted:
+        base["comm_aborted"] = sorted(aborted)
     head = "; ".join(summaries[:4]) + (
         f"; and {len(summaries) - 4} more groups" if len(summaries) > 4 else ""
     )
@@ -226,6 +229,13 @@ def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
     summary = f"hang: {head}; {nobody}: {tail}. {ev.world_note()}"
     return finding("hang", cause, -1, CONFIDENCE["nobody_behind"], summary,
                    {**base, "suspects": [], "alternatives": [tail]}, coords)  # fmt: skip
+
+
+def _aborted(ev: Evidence) -> set[int]:
+    """Ranks that aborted an NCCL communicator (``comm_abort``: ``... - Abort COMPLETE``):
+    torn down by their own watchdog like the ranks that timed out, not ranks that printed
+    nothing of the hang."""
+    return {int(r) for r in ev.of("comm_abort")["rank"] if int(r) >= 0}
 
 
 def _alts(silent: list[int], quiet: list[int]) -> list[str]:

@@ -193,3 +193,25 @@ def test_a_console_opening_with_a_dict_repr_is_text() -> None:
     assert err.rank == 7
     assert json_prefix('{"traceEvents": [{"ph": "X", "dur": 1.') and json_prefix('{"a": tr')
     assert not json_prefix("{'loss': 0.1146}") and not json_prefix('{"a" 1}')
+
+
+def test_a_cut_watchdog_line_and_a_comm_abort_are_read() -> None:
+    """UniWorld#46: ``[Rank 6] Watchdog caught co`` (cut inside "collective") is rank 6's
+    timeout; NCCL's ``comm ... rank 6 nranks 8 cudaDev 2 ... Abort COMPLETE`` its abort."""
+    ev = read_file(_case("bk-uniworld46-cut-watchdog-comm-abort-rank6-cudadev2"))
+    (t,) = [e for e in ev if e.kind == "timeout"]
+    assert (t.rank, t.pg, t.detail) == (6, "1", {"cut": True})
+    (a,) = [e for e in ev if e.kind == "comm_abort"]
+    assert (a.rank, a.local_rank, a.code) == (6, 2, 8)
+
+
+def test_the_import_message_says_whose_lines_each_count_is(tmp_path) -> None:
+    """transformers#26724: the timeouts are [Rank 0,2] of a group the lines do not name;
+    ranks 2,4 are NCCL's communicator aborts (it said "2 watchdog timeouts (ranks 2,4)")."""
+    from ranksight.importer import ImportConfig, import_paths
+
+    case = _case("bk-hf26724-allgather-seq1-timeouts-rank0-2-comm-abort-rank2-4")
+    result = import_paths(_store(tmp_path), [case], ImportConfig(run_id="h"))
+    (msg,) = [f.message for f in result.imported]
+    assert "2 watchdog timeouts ([Rank 0,2] of a group" in msg
+    assert "2 NCCL communicator aborts (ranks 2,4)" in msg

@@ -16,8 +16,21 @@ WORDS = {"timeout": ("watchdog timeout", None), "status": ("watchdog status line
          "child_failed": ("failed rank", None), "nccl_calls": ("NCCL communicator", None),
          "nccl_warn": ("NCCL warning", None), "fr_missing": ("fr_trace/RAS line", None),
          "gpu_error": ("GPU error", None), "exception": ("exception", None),
-         "stack": ("stack", None), "nccl_info": ("NCCL topology note", None)}  # fmt: skip
+         "stack": ("stack", None), "nccl_info": ("NCCL topology note", None),
+         "watchdog_stuck": ("stuck watchdog", None), "comm_abort": ("NCCL communicator abort", None)}  # fmt: skip
 """How a file's message counts each kind of event."""
+
+
+def _whose(events: list[logs.Event]) -> str:
+    """Whose lines ``events`` (of one kind) are, as a file's message says it: the global
+    ranks the lines state, and the ``[Rank N]`` of a group where a line states no global
+    rank (that is the global rank only in the default group: the analyzer decides)."""
+    ranks = {e.rank for e in events if e.rank >= 0}
+    groups = {e.group_rank for e in events if e.rank < 0 and e.group_rank >= 0}
+    said = [f"rank{'s' if len(ranks) > 1 else ''} {span(ranks, limit=8)}"] if ranks else []
+    if groups:
+        said.append(f"[Rank {span(groups, limit=8)}] of a group, no global rank said")
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def _device(e: logs.Event) -> bool:
@@ -61,11 +74,13 @@ class TextLog(Format):
             return "skipped: text with no watchdog, NCCL, torchrun, GPU or py-spy lines", one
         st.log_events.extend(events)
         kinds: Counter[str] = Counter()
+        of: dict[str, list[logs.Event]] = {}
         for e in events:
             if e.kind in WORDS:
                 kinds[e.kind] += e.count
-        said = ", ".join(counted(n, *WORDS[k]) for k, n in kinds.most_common())
-        who = f" (ranks {span(named)})" if len(named) > 1 else ""
+                of.setdefault(e.kind, []).append(e)
+        said = ", ".join(counted(n, *WORDS[k]) + _whose(of[k]) for k, n in kinds.most_common())
+        who = f" (ranks {span(named)})" if len(named) > 1 and not said else ""
         long = (
             f"; {counted(cut[0], 'line')} over {mib(logs.LINE_BYTES)} cut to it" if cut[0] else ""
         )

@@ -26,6 +26,7 @@ KINDS = (
     "child_failed",  # torchrun's ChildFailedError summary: one failed rank
     "nccl_calls",  # NCCL_DEBUG=INFO collective calls of one rank on one communicator
     "nccl_warn",  # an NCCL WARN line (transport, IB, CUDA failure, mismatch)
+    "comm_abort",  # NCCL's "comm 0x.. rank R nranks N ... Abort COMPLETE": a comm torn down
     "nccl_error",  # "NCCL error in: ...": NCCL's result raised (op: system, remote, cuda...)
     "fr_missing",  # fr_trace / NCCL RAS: ranks that did not join a collective
     "gpu_error",  # ECC, XID, NVML Unknown Error, PCIe AER, CUDA device errors

@@ -13,6 +13,11 @@ Every NCCL line starts ``host:pid:tid [cudaDev] NCCL INFO|WARN`` (a process is t
 - init lines (``comm 0x.. rank 3 nranks 8 cudaDev 3 ... busId 3b000``): a process's rank
   in its largest communicator is taken as its global rank (a ``world`` event gives the
   size), and its GPU's bus id;
+- ``ncclCommAbort``'s ``comm 0x.. rank 6 nranks 8 cudaDev 2 busId b000 - Abort COMPLETE``
+  (the same fields): a ``comm_abort`` event, ``code`` the communicator's size. The
+  process tore its communicator down: ProcessGroupNCCL does so when its watchdog caught
+  an error or a timeout (and some torch versions at ``destroy_process_group``), so it is
+  no failure by itself, but a rank that did it was not idle in a hang;
 - ``NCCL WARN`` lines as ``nccl_warn`` events, ``detail`` ``category``: ``ib_async``
   (``NET/IB : Got async event : port error``), ``ib_completion`` (``Got completion from
   peer ... with error``), ``net_mismatch``, ``mismatch`` (``Mismatched collective
@@ -36,7 +41,7 @@ _CALL = re.compile(
     r".*?comm (?P<comm>0x[0-9a-fA-F]+)(?: \[nranks=(?P<nranks>\d+)\])?"
 )
 _INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
-                   r"(?:.*?busId (?P<bus>[0-9a-fA-F]+))?", re.I)  # fmt: skip
+                   r"(?: cudaDev (?P<dev>\d+))?(?:.*?busId (?P<bus>[0-9a-fA-F]+))?", re.I)  # fmt: skip
 _REMOTE = re.compile(r"(?:from|peer|to)\s+(?P<addr>[\w.:%\[\]-]+?)<\d+>")
 _AROUND = re.compile(r"at and around rank (?P<r>\d+)")
 _WARN_KINDS = (
@@ -133,6 +138,8 @@ class Reader:
                 int(m.group("nranks")),
                 (m.group("bus") or "").lower(),
             )
+            if "Abort COMPLETE" in msg:
+                self._abort(proc, m, line)
         elif any(n in msg for n in NOTES):
             notes = self.notes.setdefault(proc, [])
             if len(notes) < MAX_NOTES:
@@ -155,6 +162,15 @@ class Reader:
             c["at"].pop(next(iter(c["at"])))
         if m.group("nranks"):
             c["nranks"] = int(m.group("nranks"))
+
+    def _abort(self, proc: tuple, m: re.Match, line: LogLine) -> None:
+        """A ``comm_abort`` of the process (its rank in that communicator as ``group_rank``;
+        the global rank is filled in :meth:`finish`, as for warnings)."""
+        dev = int(m.group("dev")) if m.group("dev") else self.dev.get(proc, -1)
+        self.out.append(Event("comm_abort", rank=line.rank, local_rank=dev,
+                              group_rank=int(m.group("rank")), host=proc[0], pid=proc[1],
+                              line=line.number, code=int(m.group("nranks")), text=m.group(0),
+                              detail={"source": "nccl", "comm": m.group("comm")}))  # fmt: skip
 
     def _headless(self, line: LogLine) -> None:
         """NCCL's words in a line of someone else's (an exception's message, a traceback's

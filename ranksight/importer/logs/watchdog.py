@@ -18,7 +18,7 @@ any (blocking wait)       ``Work WorkNCCL(SeqNum=904, ...) timed out in blocking
 ========================  =====================================================
 
 A timeout line becomes a ``timeout`` event (one cut before its ``WorkNCCL(...)`` too,
-with no op), a status line a ``status`` event (``seq`` the failed work,
+even inside the word ``collective``, with no op), a status line a ``status`` event (``seq`` the failed work,
 ``enqueued``/``completed``), the heartbeat monitor's ``watchdog got stuck for 480
 seconds`` a ``watchdog_stuck`` event (the watchdog thread itself blocked in a CUDA or
 NCCL call: ``code`` the seconds). ``[Rank N]`` is the rank inside the group;
@@ -51,6 +51,20 @@ _FIELD = {
     "nout": re.compile(r"NumelOut=\s*(-?\d+)"),
     "timeout": re.compile(r"Timeout\(ms\)=\s*(\d+)"),
 }
+_CAUGHT = re.compile(r"Watchdog caught (?P<word>c\w*)(?P<end>\s*$)?")
+
+
+def _caught(text: str) -> bool:
+    """Whether ``text`` holds ``Watchdog caught collective operation timeout``, also cut at
+    the line's end inside the word ``collective`` (UniWorld#46: ``... [Rank 6] Watchdog
+    caught co``): no other message of ProcessGroupNCCL's watchdog begins so."""
+    m = _CAUGHT.search(text)
+    if not m:
+        return False
+    word = m.group("word")
+    return word == "collective" or (m.group("end") is not None and "collective".startswith(word))
+
+
 _RAN = re.compile(r"ran for\s*(\d+)\s*milli", re.I)
 _STATUS = re.compile(
     r"(?:at (?:NCCL )?work(?: sequence id)?:\s*(?P<seq>-?\d+)\D{0,40}?)?"
@@ -99,7 +113,7 @@ def parse(line: LogLine) -> list[Event]:
                       numel_out=int(f["nout"] or -1), code=int(f["timeout"] or -1),
                       detail={"ran_ms": int(ran.group(1))} if ran else {})
             )  # fmt: skip
-    elif "Watchdog caught collective" in text:  # the line is cut before its WorkNCCL(...)
+    elif _caught(text):  # the line is cut before its WorkNCCL(...)
         out.append(Event("timeout", **base, detail={"cut": True}))
     if m := _STUCK.search(text):
         out.append(Event("watchdog_stuck", **base, code=int(m.group("s") or -1)))
