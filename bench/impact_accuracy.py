@@ -15,6 +15,9 @@ The reported impact is the sum over the analysis' findings that cost step time
 are the other layer splits, the ``pipeline_imbalance`` finding; with several twins the
 true impact is the largest gain among them). The error is reported minus true
 (twin), in points. Prints one row per case, then the median and largest absolute error.
+Beside each, ``peers x``: the healthy ranks' compute a step in the faulty run over the
+same ranks' in the clean twin (1.00: they computed as fast; the twin's gain then holds no
+speed-up of theirs that the run's own records cannot show).
 
 Three modes, so the jobs can run on a machine without chdb and be analyzed here:
 
@@ -219,6 +222,30 @@ def before_after_pct(store, run_id: str, onset: int) -> float | None:
     return 100.0 * (1.0 - float(before.median()) / float(after.mean()))
 
 
+def faulty_ranks(faults: tuple[str, ...]) -> set[int]:
+    """The ranks ``faults`` name (``rank=N``); a fault without one (GC pauses on every
+    rank) names none."""
+    out = set()
+    for f in faults:
+        for kv in f.split(":", 1)[-1].split(","):
+            if kv.startswith("rank="):
+                out.add(int(kv.split("=", 1)[1]))
+    return out
+
+
+def compute_per_step_ms(store, run_id: str, first: int, leave_out: set[int]) -> float:
+    """Median over the ranks not in ``leave_out`` of their compute self time a step
+    (forward + backward + optimizer, ms) from step ``first`` on."""
+    per = store.query(
+        "SELECT rank, sum(end_ns - start_ns - wait_ns) / uniqExact(step) AS ns FROM phases "
+        "WHERE run_id = %(run)s AND step >= %(first)s "
+        "AND phase IN ('forward', 'backward', 'optimizer') GROUP BY rank",
+        {"run": run_id, "first": first},
+    )
+    per = per[~per["rank"].isin(sorted(leave_out))]["ns"]
+    return float(per.median()) / 1e6 if len(per) else float("nan")
+
+
 def ship(work: str) -> str:
     """Store ``work/spool`` into the chdb store ``work/store`` (once); returns its URL."""
     from ranksight.store import open_store
@@ -239,7 +266,10 @@ def analyze_work(work: str, store_url: str | None = None) -> list[float]:
     runs = json.load(open(os.path.join(work, "runs.json")))
     store = open_store(store_url or ship(work))
     print("machine:", json.dumps(json.load(open(os.path.join(work, "machine.json")))))
-    print(f"{'case':18} {'reported %':>10} {'twin %':>7} {'b/a %':>6} {'error':>7}  method")
+    print(
+        f"{'case':18} {'reported %':>10} {'twin %':>7} {'b/a %':>6} {'error':>7} "
+        f"{'peers x':>7}  method"
+    )
     errors = []
     for pair in runs:
         case = CASES[pair["name"]]
@@ -257,8 +287,22 @@ def analyze_work(work: str, store_url: str | None = None) -> list[float]:
         methods = ",".join(str(f.evidence.get("impact_method", f.kind)) for f in found) or "-"
         errors.append(reported - true)
         ba = f"{own:6.1f}" if own is not None else f"{'-':>6}"
+        # the healthy ranks' compute in the faulty run over the same ranks' in the (first)
+        # twin: above 1, the faulty run's peers computed slower than the twin's, and the
+        # twin's gain holds that speed-up, which no counterfactual of the run's own
+        # records can see (not for layer-split twins, whose work differs)
+        twin = next(t for role, t in _roles(pair) if role == "twin")
+        left = faulty_ranks(case.faults)
+        speed = (
+            compute_per_step_ms(store, run_id, first, left)
+            / compute_per_step_ms(store, twin["run_id"], first, left)
+            if left and not twin["args"]
+            else float("nan")
+        )
+        sp = f"{speed:7.2f}" if speed == speed else f"{'-':>7}"
         print(
-            f"{pair['name']:18} {reported:10.1f} {true:7.1f} {ba} {reported - true:+7.1f}  {methods}"
+            f"{pair['name']:18} {reported:10.1f} {true:7.1f} {ba} {reported - true:+7.1f} "
+            f"{sp}  {methods}"
         )
     if errors:
         absolute = [abs(e) for e in errors]
