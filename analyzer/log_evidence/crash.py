@@ -4,6 +4,8 @@ torchrun's root cause is the *first failure it observed* on that node's agent, n
 always the first cause: a rank torn down by its NCCL watchdog after a timeout exits with
 SIGABRT (-6) and is a victim of the hang; SIGKILL (-9) is most often the OOM killer or
 the scheduler; an exit code with the rank's own exception is the rank's own failure.
+Ranks that all exited with one code in the same second failed each on its own: which of
+them torchrun observed first is no order, and none is the culprit.
 """
 
 from __future__ import annotations
@@ -118,11 +120,19 @@ def _child_failed(ev: Evidence, cf, hung: bool, coords) -> tuple[list, list[str]
     host = f" on {e['host']}" if str(e["host"]) else ""
     after = f"; {ranks_text(others)} failed after it" if others else ""
     sigs = {str(d.get("signal", "")) for d in cf["detail"]}
+    at = _same_second(cf, e)
     if sig == "SIGABRT" and sigs <= {"SIGABRT", "SIGTERM", ""}:
         summary = (f"hang: {who}{host} was the first to abort (SIGABRT){after}: NCCL's watchdog "
                    "takes a rank down this way after a collective timed out, so it was "
                    "waiting, not at fault; the rank or link it waited for is not in these lines")  # fmt: skip
         kind, cause, culprit, conf = "hang", "watchdog_abort", -1, 0.3
+    elif at:
+        summary = (f"crash: {ranks_text(others + [rank])}{host} all exited with code {code} in "
+                   f"the same second ({at}), none stopped by the agent's signal: each failed on "
+                   f"its own, and torchrun's root cause ({who}) is only the first it noticed. "
+                   "The cause is common to them (the code, the data, the environment) or in "
+                   "each rank's own traceback, not in these lines")  # fmt: skip
+        kind, cause, culprit, conf, rank = "crash", "exit_code", -1, 0.3, -1
     else:
         summary = (
             f"crash: {who}{host} {_how(code, sig)}: torchrun's first observed failure{note}{after}"
@@ -136,6 +146,19 @@ def _child_failed(ev: Evidence, cf, hung: bool, coords) -> tuple[list, list[str]
                      "other_failures": others,
                      "suspects": [rank] if rank >= 0 and kind == "crash" else []},
                     coords, host=str(e["host"]))], []  # fmt: skip
+
+
+def _same_second(cf, root) -> str:
+    """The second torchrun gives the root cause and every other failure whose time is
+    said (at least one), where they all exited with the root's own exit code (>= 0: no
+    signal, so not the ranks the agent stopped after the first failure); else "". Then
+    "first observed" is no order: pytorch#121209, four ranks' exit 1 at 07:01:51."""
+    when, code = str(root["detail"].get("time") or ""), int(root["code"])
+    others = cf.drop(root.name)
+    times = {str(d.get("time") or "") for d in others["detail"]} - {""}
+    if not when or code < 0 or times != {when} or set(others["code"].astype(int)) != {code}:
+        return ""
+    return when
 
 
 def _exceptions(ev: Evidence, hung: bool, coords) -> tuple[list, list[str]]:

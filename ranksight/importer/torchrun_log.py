@@ -30,7 +30,7 @@ import signal
 import time
 
 _ENTRY = re.compile(
-    r"\[(\d+)\]:\s*\n\s*time\s*:\s*(\S+)\s*\n\s*host\s*:\s*(\S+)\s*\n\s*rank\s*:\s*(\d+)"
+    r"(?:\[(\d+)\]:\s*\n\s*)?(?:time\s*:\s*(\S+)\s*\n\s*)?host\s*:\s*(\S+)\s*\n\s*rank\s*:\s*(\d+)"
     r"(?:\s*\(local_rank:\s*(\d+)\))?"
     r"[^\n]*\n\s*exitcode\s*:\s*(-?\d+)(?:\s*\(pid:\s*(\d+)\))?[^\n]*"
 )
@@ -39,8 +39,9 @@ _ENTRY = re.compile(
 def torchrun_failures(text: str) -> list[dict]:
     """Every failure in torchrun's summary within ``text`` (a job's combined log), root
     cause first: ``{"rank", "local_rank", "exitcode", "pid", "host", "time",
-    "root_cause"}`` (``local_rank`` -1 where the summary does not give it). Empty when
-    the text has no summary."""
+    "root_cause"}`` (``local_rank`` -1 where the summary does not give it). An entry cut
+    before its ``host`` line (a post that starts mid-list: no ``[N]:`` or ``time``) is
+    read too, ``time`` "". Empty when the text has no summary."""
     root = text.rfind("Root Cause")
     start = text.rfind("Failures:", 0, root if root >= 0 else len(text))
     if root < 0 and start < 0:
@@ -61,7 +62,7 @@ def torchrun_failures(text: str) -> list[dict]:
                     "exitcode": int(m.group(6)),
                     "pid": int(m.group(7) or 0),
                     "host": m.group(3),
-                    "time": m.group(2),
+                    "time": m.group(2) or "",
                     "root_cause": is_root,
                 }
             )

@@ -215,3 +215,20 @@ def test_the_import_message_says_whose_lines_each_count_is(tmp_path) -> None:
     (msg,) = [f.message for f in result.imported]
     assert "2 watchdog timeouts ([Rank 0,2] of a group" in msg
     assert "2 NCCL communicator aborts (ranks 2,4)" in msg
+
+
+def test_a_cut_failure_record_is_read_and_one_second_is_no_order() -> None:
+    """pytorch#121209: rank 1's record is cut before its ``host`` line; ranks 0-3 all exit
+    1 at 07:01:51, so torchrun's root cause (rank 0) is named culprit of nothing."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+
+    ev = read_file(_case("bk-pt121209-childfailed-cut-record-all-exit1-same-second"))
+    failed = {e.rank: e for e in ev if e.kind == "child_failed"}
+    assert sorted(failed) == [0, 1, 2, 3] and failed[0].detail["root_cause"]
+    assert failed[1].code == 1 and failed[1].detail["time"] == ""
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    (f, *_) = log_findings(pd.DataFrame([e.row() for e in ev]), coords)[0]
+    assert (f.kind, f.culprit_rank, f.evidence["suspects"]) == ("crash", -1, [])
+    assert "same second" in f.summary
