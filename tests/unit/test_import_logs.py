@@ -232,3 +232,11 @@ def test_a_cut_failure_record_is_read_and_one_second_is_no_order() -> None:
     (f, *_) = log_findings(pd.DataFrame([e.row() for e in ev]), coords)[0]
     assert (f.kind, f.culprit_rank, f.evidence["suspects"]) == ("crash", -1, [])
     assert "same second" in f.summary
+
+
+def test_a_gpu_error_in_the_default_groups_bracket_is_the_global_rank() -> None:
+    """lmdeploy#3258: ``what():  [PG ID 0 PG GUID 0(default_pg) Rank 2] ... CUDA error: an
+    illegal memory access`` with no launcher prefix is global rank 2's error."""
+    ev = read_file(_case("bk-lmdeploy3258-what-default-pg-illegal-memory-rank2"))
+    (err,) = [e for e in ev if e.kind == "gpu_error"]
+    assert (err.rank, err.group_rank, err.detail["category"]) == (2, 2, "cuda")

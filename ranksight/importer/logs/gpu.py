@@ -15,7 +15,10 @@ CUDA device errors          ``CUDA error: an illegal memory access``    ``cuda``
 
 Each becomes a ``gpu_error`` event: ``detail`` ``category``, ``device`` (PCI bus id,
 lower case, or ``cuda:N``), ``xid``/``severity``/``message``; ``code`` the XID; ``host``
-from the line (a syslog ``Mon DD HH:MM:SS host kernel:`` prefix, pdsh) where it says.
+from the line (a syslog ``Mon DD HH:MM:SS host kernel:`` prefix, pdsh) where it says; the
+rank as the watchdog's lines give it (``what():  [PG ID 0 PG GUID 0(default_pg) Rank 2]
+Process group watchdog thread terminated with exception: CUDA error: ...`` is global rank
+2: :func:`.watchdog.global_rank`), the rank inside another group as ``group_rank``.
 XIDs are read with NVIDIA's XID catalog in mind (docs.nvidia.com/deploy/xid-errors):
 48 (double-bit ECC), 63/64 (row remapping), 74 (NVLink), 79 (fallen off the bus),
 92/94/95 (ECC), 119/120 (GSP) are hardware; 13, 31, 43 are usually the application's.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from . import watchdog
 from .events import Event
 from .lines import LogLine
 
@@ -61,9 +65,9 @@ def parse(line: LogLine) -> list[Event]:
     """The ``gpu_error`` events of one logical line."""
     t = line.text
     host = line.host or ((m.group("host")) if (m := _SYSLOG.search(t)) else "")
-    grank = int(m.group(1)) if (m := re.search(r"\[Rank (\d+)\]", t)) else -1
+    pg, name, grank = watchdog.group_of(t)
     base: dict[str, Any] = dict(
-        rank=line.rank,
+        rank=watchdog.global_rank(line, pg, name, grank),
         local_rank=line.local_rank,
         group_rank=grank,
         host=host,

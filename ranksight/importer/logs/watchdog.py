@@ -75,7 +75,7 @@ _AT_WORK = re.compile(r"at (?:NCCL )?work(?: sequence id)?:\s*(?P<seq>-?\d+)")
 DEFAULT_PG = ("0", "default_pg")
 
 
-def _group(text: str) -> tuple[str, str, int]:
+def group_of(text: str) -> tuple[str, str, int]:
     """(pg uid, pg name, rank in the group) from the line's bracket, "" / -1 if none."""
     if m := _PG_NEW.search(text):
         return m.group("guid"), m.group("name") or "", int(m.group("r"))
@@ -86,7 +86,10 @@ def _group(text: str) -> tuple[str, str, int]:
     return "", "", -1
 
 
-def _global(line: LogLine, pg: str, name: str, group_rank: int) -> int:
+def global_rank(line: LogLine, pg: str, name: str, group_rank: int) -> int:
+    """The line's global rank: its launcher prefix's, else the rank inside the default
+    group (``[PG ID 0 PG GUID 0(default_pg) Rank 2]``: there the group rank is the global
+    rank), else -1."""
     if line.rank >= 0:
         return line.rank
     return group_rank if (pg in DEFAULT_PG or name == "default_pg") and pg else -1
@@ -95,8 +98,8 @@ def _global(line: LogLine, pg: str, name: str, group_rank: int) -> int:
 def parse(line: LogLine) -> list[Event]:
     """The ``timeout`` / ``status`` events of one logical line (none if it is neither)."""
     text = line.text
-    pg, name, grank = _group(text)
-    base: dict[str, Any] = dict(rank=_global(line, pg, name, grank), local_rank=line.local_rank,
+    pg, name, grank = group_of(text)
+    base: dict[str, Any] = dict(rank=global_rank(line, pg, name, grank), local_rank=line.local_rank,
                 group_rank=grank, host=line.host, line=line.number, pg=pg, pg_name=name,
                 text=text)  # fmt: skip
     out = []
