@@ -189,7 +189,10 @@ def evidence_of(events: pd.DataFrame) -> Evidence:
     frame["mapped"] = False  # True: the global rank was read from a local rank
     frame, assumed = _unnamed(_with_groups(frame))
     frame, local = _locals(_same_process(frame))
-    assumed = "; ".join(x for x in (assumed, local) if x)
+    told = [bool(d.get("assumed")) for d in frame["detail"]]  # a line format's own inference
+    frame.loc[told, "mapped"] = True
+    said = sorted({str(d["assumed"]) for d in frame["detail"] if d.get("assumed")})
+    assumed = "; ".join(x for x in (assumed, local, *said) if x)
     named = frame[frame["kind"].isin(NAMED) & (frame["rank"] >= 0)]
     present = {int(r) for r in named["rank"]}
     ev = Evidence(frame, present, assumed=assumed)

@@ -156,6 +156,8 @@ def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
             "no_timeout": quiet, "world_size": ev.world, "world_exact": ev.world_exact}  # fmt: skip
     if aborted:
         base["comm_aborted"] = sorted(aborted)
+    if ev.assumed:
+        base["ranks_assumed"] = ev.assumed
     head = "; ".join(summaries[:4]) + (
         f"; and {len(summaries) - 4} more groups" if len(summaries) > 4 else ""
     )

@@ -240,3 +240,17 @@ def test_a_gpu_error_in_the_default_groups_bracket_is_the_global_rank() -> None:
     ev = read_file(_case("bk-lmdeploy3258-what-default-pg-illegal-memory-rank2"))
     (err,) = [e for e in ev if e.kind == "gpu_error"]
     assert (err.rank, err.group_rank, err.detail["category"]) == (2, 2, "cuda")
+
+
+def test_sglang_tp_labels_are_ranks_only_in_a_tp_only_log() -> None:
+    """sglang#3368: ``[2025-02-07 01:19:40 TP0] Load weight end`` is TP rank 0's line, taken
+    as global rank 0 (the log has no DP/PP label) and saying so; with a DP label it is not."""
+    from ranksight.importer.logs import read_lines, sglang
+
+    ev = read_file(_case("bk-sglang3368-tp-prefix-allreduce-seq2-rank6-tp2-tp4-silent"))
+    tp = [e for e in ev if e.kind == "present" and e.pg == "tp"]
+    assert [e.rank for e in tp] == [0, 1, 3, 5, 7]
+    assert all(e.detail["assumed"] == sglang.ASSUMED for e in tp)
+    lines = ["[2025-02-07 01:19:40 DP1 TP3] Load weight end.", "[2025-02-07 01:19:41 TP2] x"]
+    tp = [e for e in read_lines(lines) if e.kind == "present"]
+    assert [(e.rank, e.group_rank) for e in tp] == [(-1, 2), (-1, 3)]
