@@ -15,7 +15,8 @@ GPU_CONFIDENCE = {"xid": 0.8, "ecc": 0.8, "nvml": 0.8, "aer": 0.7, "cuda": 0.4}
 """How sure a GPU error makes the hardware finding (hardware XIDs; an application XID,
 a corrected AER error or a CUDA error an application can cause count lower)."""
 NET_CONFIDENCE = {"ib_async": 0.6, "ib_completion": 0.5, "ib_verbs": 0.45, "net": 0.45,
-                  "net_mismatch": 0.4, "remote_closed": 0.35, "cuda": 0.4, "other": 0.3}  # fmt: skip
+                  "net_mismatch": 0.4, "remote_closed": 0.35, "cuda_oom": 0.45, "cuda": 0.4,
+                  "other": 0.3}  # fmt: skip
 NCCL_ERRORS = {
     "remote": (
         "network",
@@ -86,7 +87,7 @@ def _network(ev: Evidence, coords) -> list:
     cats = w.assign(cat=[d.get("category", "other") if k == "nccl_warn" else "remote_closed"
                          for k, d in zip(w["kind"], w["detail"], strict=True)])  # fmt: skip
     for cat in ("ib_async", "ib_completion", "ib_verbs", "net", "net_mismatch", "remote_closed",
-                "cuda", "other"):  # fmt: skip
+                "cuda_oom", "cuda", "other"):  # fmt: skip
         rows = cats[cats["cat"] == cat]
         if rows.empty:
             continue
@@ -104,17 +105,21 @@ def _network(ev: Evidence, coords) -> list:
             host = remote[0] if len(remote) == 1 else ""
             rank = -1
         else:
-            what = {"cuda": "GPU error", "other": "crash"}.get(cat, "network")
+            what = {"cuda": "GPU error", "cuda_oom": "crash", "other": "crash"}.get(cat, "network")
             summary = (f"{what}: NCCL on {', '.join(hosts[:4]) or 'a host'} warns: "
                        f"{str(e['text'])[:160]}")  # fmt: skip
+            if cat == "cuda_oom":
+                devs = sorted({str(d.get("device")) for d in rows["detail"] if d.get("device")})
+                summary += (f" ({', '.join(devs[:4]) or 'its GPU'}): the GPU was out of memory "
+                            "when NCCL allocated its buffers, so the model's memory use, not "
+                            "the network or the GPU's health; connections to it then close")  # fmt: skip
             host = hosts[0] if len(hosts) == 1 else ""
             stated = sorted({int(r) for r, m in zip(rows["rank"], rows["mapped"], strict=True)
                              if int(r) >= 0 and not m})  # fmt: skip
             rank = stated[0] if len(stated) == 1 else -1
-        kind = "crash" if cat in ("cuda", "remote_closed", "other") else "network"
-        cause = {"cuda": "cuda_error", "remote_closed": "peer_gone", "other": "nccl_error"}.get(
-            cat, "network"
-        )
+        kind = "crash" if cat in ("cuda_oom", "cuda", "remote_closed", "other") else "network"
+        cause = {"cuda_oom": "out_of_memory", "cuda": "cuda_error", "remote_closed": "peer_gone",
+                 "other": "nccl_error"}.get(cat, "network")  # fmt: skip
         out.append(finding(kind, cause, rank,
                            NET_CONFIDENCE[cat], summary,
                            {"category": cat, "hosts": hosts, "remote": remote,

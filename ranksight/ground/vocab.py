@@ -97,6 +97,7 @@ class Cause(_Word):
     NCCL_ERROR = "nccl_error"
     GPU_ERROR = "gpu_error"
     CUDA_ERROR = "cuda_error"
+    OUT_OF_MEMORY = "out_of_memory"
     PCIE = "pcie"
     NETWORK = "network"
     PEER_GONE = "peer_gone"

@@ -254,3 +254,19 @@ def test_sglang_tp_labels_are_ranks_only_in_a_tp_only_log() -> None:
     lines = ["[2025-02-07 01:19:40 DP1 TP3] Load weight end.", "[2025-02-07 01:19:41 TP2] x"]
     tp = [e for e in read_lines(lines) if e.kind == "present"]
     assert [(e.rank, e.group_rank) for e in tp] == [(-1, 2), (-1, 3)]
+
+
+def test_nccl_cuda_failure_out_of_memory_is_an_oom() -> None:
+    """Open-Sora-Plan#386 and nccl#1235: NCCL's ``Cuda failure 'out of memory'`` is the GPU
+    out of memory (category ``cuda_oom``, cause ``out_of_memory``), not a generic CUDA error."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+
+    ev = read_file(_case("bk-opensora386-nccl-warn-cuda-failure-out-of-memory-dev0"))
+    (w,) = [e for e in ev if e.kind == "nccl_warn"]
+    assert w.detail["category"] == "cuda_oom" and w.local_rank == 0
+    oom = read_file(_case("ho-nccl1235-socket-closed-by-peer-caused-by-cuda-oom-dev3"))
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    (f, *_) = log_findings(pd.DataFrame([e.row() for e in oom]), coords)[0]
+    assert (f.kind, f.cause, f.evidence["suspects"]) == ("crash", "out_of_memory", [3])

@@ -21,7 +21,9 @@ Every NCCL line starts ``host:pid:tid [cudaDev] NCCL INFO|WARN`` (a process is t
 - ``NCCL WARN`` lines as ``nccl_warn`` events, ``detail`` ``category``: ``ib_async``
   (``NET/IB : Got async event : port error``), ``ib_completion`` (``Got completion from
   peer ... with error``), ``net_mismatch``, ``mismatch`` (``Mismatched collective
-  detected``, with ``at and around rank N`` as ``peer``), ``cuda``, ``remote_closed``
+  detected``, with ``at and around rank N`` as ``peer``), ``cuda_oom`` (``Cuda failure 'out
+  of memory'``, ``Failed to CUDA calloc 6291456 bytes``: the GPU had no room for NCCL's
+  buffers), ``cuda`` (another CUDA failure), ``remote_closed``
   (``Connection closed by remote peer``, ``Connection reset``, ``Broken pipe``: the
   other end went away; its address in ``detail.remote``), ``ib_verbs``, ``other``.
 """
@@ -49,6 +51,8 @@ _WARN_KINDS = (
     ("ib_completion", ("Got completion from peer", "completion with error")),
     ("net_mismatch", ("collective mismatch error",)),
     ("mismatch", ("Mismatched collective",)),
+    ("cuda_oom", ("Cuda failure 'out of memory'", "Failed to CUDA calloc",
+                  "Failed to CUDA malloc", "cudaErrorMemoryAllocation")),
     ("cuda", ("Cuda failure", "CUDA failure", "cudaError")),
     ("remote_closed", ("closed by remote peer", "Connection reset", "Broken pipe",
                        "Connection refused", "remote process exited")),
