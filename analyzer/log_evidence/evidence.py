@@ -3,8 +3,8 @@ there, how big the job is, and how sure that is.
 
 World size is taken from what the lines say (``world_size=8``, NCCL's ``nranks``,
 ``fr_trace``'s expected ranks, torchrun's failed ranks), never from the number of files;
-where nothing says it, the highest rank seen + 1 is a lower bound (``world_exact``
-False) and ranks above it are unknown, not missing.
+where nothing says it, the highest rank seen or named in another rank's message + 1 is a
+lower bound (``world_exact`` False) and ranks above it are unknown, not missing.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class Evidence:
         if self.world_exact:
             return f"World size {self.world}, from {self.world_source}."
         return (
-            f"World size at least {self.world}, the highest rank seen: ranks above "
+            f"World size at least {self.world}, the highest rank the lines name: ranks above "
             f"{self.world - 1} may exist and be silent too."
         )
 
@@ -206,7 +206,7 @@ def evidence_of(events: pd.DataFrame) -> Evidence:
     for _, e in frame[frame["kind"] == "fr_missing"].iterrows():
         if int(e["code"]) > 0 and e["detail"].get("source") == "fr_trace":
             sizes.append((int(e["code"]), "fr_trace's expected ranks"))
-    top = max(present, default=-1) + 1
+    top = max(present | _named_inside(frame), default=-1) + 1
     group = _group_size(frame)
     if group:
         n, default = group
@@ -220,6 +220,15 @@ def evidence_of(events: pd.DataFrame) -> Evidence:
     else:
         ev.world = top
     return ev
+
+
+def _named_inside(frame: pd.DataFrame) -> set[int]:
+    """Ranks another rank's message names (a fingerprint mismatch's other rank, the ranks
+    of a desync report): they exist, so the world is larger than they are, though they
+    left no line of their own (OpenDDE#23: rank 1's error names rank 2)."""
+    mm = frame.loc[frame["kind"] == "mismatch", "peer"]
+    dr = frame.loc[frame["kind"] == "desync_report", ["rank", "peer"]].to_numpy().ravel()
+    return {int(r) for r in [*mm, *dr] if 0 <= int(r) < 100_000}
 
 
 def _group_size(frame: pd.DataFrame) -> tuple[int, bool] | None:

@@ -270,3 +270,15 @@ def test_nccl_cuda_failure_out_of_memory_is_an_oom() -> None:
     coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
     (f, *_) = log_findings(pd.DataFrame([e.row() for e in oom]), coords)[0]
     assert (f.kind, f.cause, f.evidence["suspects"]) == ("crash", "out_of_memory", [3])
+
+
+def test_a_rank_named_in_a_mismatch_raises_the_world_bound() -> None:
+    """OpenDDE#23: rank 1's fingerprint error names rank 2, so the world is at least 3
+    (the note said "at least 2")."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence.evidence import evidence_of
+
+    ev = read_file(_case("bk-opendde23-mismatch-allgather-base-shape-rank1-vs-rank2"))
+    got = evidence_of(pd.DataFrame([e.row() for e in ev]))
+    assert (got.world, got.world_exact, got.present) == (3, False, {1})
