@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ranksight.ground.mesh import MORE_AXES
+from ranksight.ground.mesh import MORE_AXES, MeshAxis
 from ranksight.ground.vocab import NOT_FAULTS, Cause, Kind, cause_of, kind_of
 from ranksight.ground.words import span
 
@@ -21,6 +22,19 @@ def coords_at(coords: pd.DataFrame, rank: int) -> dict[str, Any]:
     """``rank``'s row of ``coords`` (indexed by rank; columns dp, tp, pp, host, ...) as a
     dict, or a copy of :data:`NO_COORDS` when the table has no such rank."""
     return coords.loc[rank].to_dict() if rank in coords.index else dict(NO_COORDS)
+
+
+FINDING_AXES: tuple[str, ...] = tuple(a.value for a in (MeshAxis.DP, MeshAxis.TP, MeshAxis.PP))
+"""The mesh axes every finding carries as fields, in the order summaries name them."""
+
+
+def rank_place(rank: int, c: Mapping[str, Any] | pd.Series) -> str:
+    """``rank R (dp=D, tp=T, pp=P, host H)``: a rank and its place, for summaries; ``c``:
+    its coordinates (:func:`coords_at`, or a row of the ``ranks`` table), with any of
+    :data:`ranksight.ground.mesh.MORE_AXES` it holds (``cp=1``) after pp."""
+    more = [a for a in MORE_AXES if a in c and c[a] == c[a]]
+    axes = ", ".join(f"{a}={int(c[a])}" for a in (*FINDING_AXES, *more))
+    return f"rank {rank} ({axes}, host {c['host']})"
 
 
 MORE_AXES_KEY = "mesh_axes"

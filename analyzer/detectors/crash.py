@@ -30,7 +30,7 @@ import pandas as pd
 from ranksight.ground.sql import RUN as _RUN
 from ranksight.ground.vocab import Kind, cause_of
 
-from ..findings import Finding, coords_at
+from ..findings import Finding, coords_at, finding_at, rank_place
 from ..folds import each_crash
 from .base import Detector, RunContext, Stage
 
@@ -243,7 +243,7 @@ def crash_finding(
     where = f" inside {inflight[0]['op']} #{inflight[0]['seq']}" if inflight else ""
     step = f" in step {e.last_step}" if e.last_step >= 0 else ""
     summary = (
-        f"rank {e.rank} (dp={c['dp']}, tp={c['tp']}, pp={c['pp']}, host {c['host']}) "
+        f"{rank_place(e.rank, c)} "
         f"failed first: its process {words}{step}{where}; "
         + "; ".join(f"{len(v)} rank(s) {k}" for k, v in others.items())
     )
@@ -263,14 +263,11 @@ def crash_finding(
     }
     if stack:
         evidence["crash_stack"] = stack[:20_000]
-    return Finding(
-        kind=Kind.CRASH,
-        cause=cause_of(cause),
-        culprit_rank=int(e.rank),
-        host=str(c["host"]),
-        dp=int(c["dp"]),
-        tp=int(c["tp"]),
-        pp=int(c["pp"]),
+    return finding_at(
+        Kind.CRASH,
+        cause_of(cause),
+        int(e.rank),
+        coords,
         confidence=0.95 if e.root_cause or e.how == "exception" else 0.8,
         impact_pct=100.0,
         summary=summary,

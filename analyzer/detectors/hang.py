@@ -26,7 +26,7 @@ from ranksight.ground.sql import RUN as _RUN
 from ranksight.ground.vocab import Kind, cause_of
 from ranksight.ground.words import counted, span
 
-from ..findings import Finding, coords_at
+from ..findings import Finding, coords_at, finding_at, rank_place
 from ..folds import each_hang
 from ..groups import group_names
 from .base import Detector, RunContext, Stage, of_kind
@@ -267,7 +267,7 @@ def hang_finding(
         if ops
         else "is not inside the collective the others wait in"
     )
-    who = f"rank {root} (dp={c['dp']}, tp={c['tp']}, pp={c['pp']}, host {c['host']})"
+    who = rank_place(root, c)
     what = {
         "crash": f"{entered}; its process stopped reporting",
         "stopped": f"is {stop_words(stopped.get(root, ''))}, alive: it {entered}",
@@ -295,14 +295,11 @@ def hang_finding(
     peer_stacks = _stacks_of(stacks, blocked)
     if peer_stacks:
         evidence["blocked_stacks"] = peer_stacks
-    return Finding(
-        kind=Kind.CRASH if cause == "crash" else Kind.HANG,
-        cause=cause_of(cause),
-        culprit_rank=int(root),
-        host=str(c["host"]),
-        dp=int(c["dp"]),
-        tp=int(c["tp"]),
-        pp=int(c["pp"]),
+    return finding_at(
+        Kind.CRASH if cause == "crash" else Kind.HANG,
+        cause_of(cause),
+        int(root),
+        coords,
         confidence=0.9 if ops else 0.6,
         impact_pct=100.0,
         summary=summary,
@@ -358,7 +355,7 @@ def recovered_finding(
     else:
         rank, cause, how = -1, "all_blocked", "every rank waited in it"
     c = coords_at(coords, rank)
-    who = f"rank {rank} (dp={c['dp']}, tp={c['tp']}, pp={c['pp']}, host {c['host']})"
+    who = rank_place(rank, c)
     summary = (
         f"the job stood still for {took / 1e9:.0f} s in step {stall.step} (its median step "
         f"takes {stall.median_ns / 1e6:.0f} ms), then went on: "
@@ -375,14 +372,11 @@ def recovered_finding(
         row = stops.iloc[0]
         evidence.update(stopped_state=str(row["stopped_state"]), stopped_ns=int(row["stopped_ns"]),
                         continued_ns=int(row["continued_ns"]))  # fmt: skip
-    return Finding(
-        kind=Kind.HANG,
-        cause=cause_of(cause),
-        culprit_rank=rank,
-        host=str(c["host"]),
-        dp=int(c["dp"]),
-        tp=int(c["tp"]),
-        pp=int(c["pp"]),
+    return finding_at(
+        Kind.HANG,
+        cause_of(cause),
+        rank,
+        coords,
         confidence=0.9 if cause == "stopped" else 0.7 if cause == "stuck" else 0.5,
         impact_pct=round(min(100.0, 100.0 * took / run_ns), 1) if run_ns > 0 else 0.0,
         summary=summary,

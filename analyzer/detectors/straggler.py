@@ -23,7 +23,7 @@ import pandas as pd
 from ranksight.ground.vocab import Kind, cause_of
 
 from ..causes import refine_cause
-from ..findings import Finding
+from ..findings import Finding, finding_at, rank_place
 from ..gpu_causes import refine_gpu_cause
 from ..impact import can_measure, job_steps
 from ..straggler import SlowRank
@@ -157,7 +157,7 @@ def straggler_finding(
             cause, cause_evidence = gpu or cause, {**cause_evidence, **gpu_evidence}
     what = _WHAT[cause]
     summary = (
-        f"rank {s.rank} (dp={c['dp']}, tp={c['tp']}, pp={c['pp']}, host {c['host']}) is slow in "
+        f"{rank_place(s.rank, c)} is slow in "
         f"{what}: {s.median_ratio:.2f}x its same-stage peers from step {s.onset_step}; "
         f"others waited {caused['total_ms'] / 1000:.1f} s for it; "
         f"without it the step time would drop by about {impact:.0f}%"
@@ -176,14 +176,11 @@ def straggler_finding(
         "excess_ms_per_step": round(float(s.excess_ns.mean()) / _MS, 1),
     }
     evidence.update(cause_evidence)
-    return Finding(
-        kind=Kind.STRAGGLER,
-        cause=cause_of(cause),
-        culprit_rank=s.rank,
-        host=str(c["host"]),
-        dp=int(c["dp"]),
-        tp=int(c["tp"]),
-        pp=int(c["pp"]),
+    return finding_at(
+        Kind.STRAGGLER,
+        cause_of(cause),
+        s.rank,
+        coords,
         confidence=_confidence(slow_fraction, s.median_ratio, caused["last_share"]),
         impact_pct=round(impact, 1),
         summary=summary,

@@ -40,7 +40,7 @@ import pandas as pd
 from ranksight.ground.vocab import Kind, cause_of
 from ranksight.ground.words import counted, span
 
-from ..findings import Finding
+from ..findings import Finding, finding_at, rank_place
 from ..straggler import COMPUTE_PHASES, DATA_PHASES
 from .base import Detector, RunContext, Stage
 
@@ -234,8 +234,7 @@ def transient_findings(
     culprit = top if ranks.iloc[0] >= cfg.one_rank_share * len(found) else -1
     c = coords.loc[culprit] if culprit in coords.index else None
     who = (
-        f"rank {culprit} (dp={c['dp']}, tp={c['tp']}, pp={c['pp']}, host {c['host']}) was slow "
-        f"in {counted(int(ranks.iloc[0]), 'step')} of them"
+        f"{rank_place(culprit, c)} was slow in {counted(int(ranks.iloc[0]), 'step')} of them"
         if c is not None
         else f"{counted(len(ranks), 'different rank')} ({span(ranks.index)}) took turns, "
         f"none slow in more than {counted(int(ranks.iloc[0]), 'step')}: no chronic straggler"
@@ -275,14 +274,11 @@ def transient_findings(
     }
     explained = min(1.0, sum(min(s.rank_excess_ms, s.step_excess_ms) for s in found) / cost_ms)
     return [
-        Finding(
-            kind=Kind.TRANSIENT_STRAGGLER,
-            cause=cause_of(cause),
-            culprit_rank=culprit,
-            host=str(c["host"]) if c is not None else "",
-            dp=int(c["dp"]) if c is not None else -1,
-            tp=int(c["tp"]) if c is not None else -1,
-            pp=int(c["pp"]) if c is not None else -1,
+        finding_at(
+            Kind.TRANSIENT_STRAGGLER,
+            cause_of(cause),
+            culprit,
+            coords,
             confidence=round(float(np.clip(0.5 + 0.35 * explained, 0.0, 0.85)), 2),
             impact_pct=round(100 * share, 1),
             summary=summary,

@@ -158,7 +158,7 @@ def evidence(f: Finding) -> None:
     """The numbers a finding rests on: phase times against same-stage peers, who waited
     for the culprit and how long, the step time with and without it."""
     ev = f.evidence
-    coords = [f"{axis} {v}" for axis, v in (("dp", f.dp), ("tp", f.tp), ("pp", f.pp)) if v >= 0]
+    coords = [f"{axis} {v}" for axis, v in f.coords().items() if v >= 0]
     where = ", ".join([f"host {f.host}"] * bool(f.host) + coords)
     # who(): the rank, or the stage, group or ranks a finding without one names (never -1)
     st.markdown(f"**Evidence for {f.who()}**" + (f" ({where})" if where else ""))
