@@ -286,7 +286,9 @@ def _finding(found: StageImbalance, cost: StageCost, job_ms: float) -> Finding:
         f"median ({found.stage_ms[found.stage]:.1f} ms per step vs {others}), and no rank "
         f"stands out among its same-stage peers; rebalancing the stages would make the job "
         f"step about {impact:.0f}% shorter (±{cost.error_pts:.0f} points, {cost.method}): "
-        f"{job_ms * impact / 100:.0f} ms of its {job_ms:.0f} ms, {impact:.0f}% of the run"
+        f"{job_ms * impact / 100:.0f} ms of its {job_ms:.0f} ms, {impact:.0f}% of the run; "
+        "that is the gain of an even split of the work, and a split in whole layers can "
+        "gain less"
     )
     evidence = {
         "severity": severity(impact),
