@@ -10,6 +10,7 @@ lower bound (``world_exact`` False) and ranks above it are unknown, not missing.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -157,25 +158,44 @@ def _same_process(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+NODE_NAME = re.compile(r"(?:^|[-_.])(?:w|worker|node)[-_]?\d+$", re.I)
+"""A host named as one node of several: ``...-train-lxc0-w-0`` (FunASR#2006),
+``kp-ddp-worker-0`` (nccl#1405), ``rdma-test-gpu-worker-1`` (nccl#1029)."""
+
+
+def several_nodes(frame: pd.DataFrame) -> str:
+    """Why the lines may be one node's of a job of several ("" where nothing says so): more
+    than one host, a host named as one node of several (:data:`NODE_NAME`), a ``nodes``
+    event (``nnodes=2``), or a stated global rank of 8 or more. (A stated rank above the
+    devices an excerpt shows is no proof: it shows only some of them.)"""
+    hosts = sorted({str(h) for h in frame["host"] if str(h)})
+    if len(hosts) > 1:
+        return f"{len(hosts)} hosts"
+    if named := [h for h in hosts if NODE_NAME.search(h)]:
+        return f"host {named[0]} is named as one node of several"
+    nodes = frame[frame["kind"] == "nodes"]
+    if not nodes.empty:
+        return f"the lines say {nodes.iloc[0]['text'][:60]!r}"
+    ranked = frame.loc[frame["rank"] >= 0, "rank"]
+    if len(ranked) and ranked.max() >= 8:
+        return f"rank {int(ranked.max())} is stated (more than one node's GPUs)"
+    return ""
+
+
 def _locals(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """Lines that give only a local rank (``[default3]:``, NCCL's ``[cudaDev]``, torchrun's
-    old ``local_rank: 3``): the global rank where nothing says the job spans several
-    nodes, the processes' local ranks are distinct (one GPU each) and no process whose
-    global rank a line states has another local rank (UniWorld#46: rank 6 on cudaDev 2)."""
+    old ``local_rank: 3``): the global rank where the log shows one node and nothing says
+    the job spans several (:func:`several_nodes`), the processes' local ranks are distinct
+    (one GPU each) and no process whose global rank a line states has another local rank
+    (UniWorld#46: rank 6 on cudaDev 2). Otherwise a local rank stays "host H, GPU N"."""
     todo = (frame["rank"] < 0) & (frame["local_rank"] >= 0)
     if not todo.any():
         return frame, ""
-    hosts = {str(h) for h in frame["host"] if str(h)}
-    ranked = frame.loc[frame["rank"] >= 0, "rank"]
     both = frame[(frame["rank"] >= 0) & (frame["local_rank"] >= 0)]
     if (both["rank"] != both["local_rank"]).any():  # rank 6 on cudaDev 2: not the first node
         return frame, ""
     procs = frame[todo & (frame["pid"] >= 0)].drop_duplicates(["host", "pid"])
-    if (
-        len(hosts) > 1
-        or (len(ranked) and ranked.max() >= 8)
-        or procs["local_rank"].duplicated().any()
-    ):
+    if several_nodes(frame) or procs["local_rank"].duplicated().any():
         return frame, ""
     frame.loc[todo, "rank"] = frame.loc[todo, "local_rank"]
     frame.loc[todo, "mapped"] = True

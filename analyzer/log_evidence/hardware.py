@@ -79,6 +79,20 @@ def _gpu(ev: Evidence, coords) -> list:
     return out
 
 
+def local_gpus(rows) -> list[str]:
+    """``host H, GPU N (global rank not said)`` of each line whose process the lines tie to
+    no global rank: NCCL's ``host:pid:tid [N]`` is the CUDA device on that host, not a
+    rank (nccl#1405: ``kp-ddp-worker-0:3468:3905 [4] ... NET/IB : Got completion from
+    peer``), unless a ``rank R nranks M cudaDev N`` line or a ``[rankR]:`` label of the same
+    process says which (``evidence.py`` maps them)."""
+    out = []
+    for h, d, r in zip(rows["host"], rows["local_rank"], rows["rank"], strict=True):
+        where = f"host {h}, GPU {int(d)} (global rank not said)" if str(h) else ""
+        if int(r) < 0 and int(d) >= 0 and where and where not in out:
+            out.append(where)
+    return out
+
+
 def _network(ev: Evidence, coords) -> list:
     w = ev.of("nccl_warn", "peer_gone")
     out: list[Finding] = []
@@ -106,7 +120,7 @@ def _network(ev: Evidence, coords) -> list:
             rank = -1
         else:
             what = {"cuda": "GPU error", "cuda_oom": "crash", "other": "crash"}.get(cat, "network")
-            summary = (f"{what}: NCCL on {', '.join(hosts[:4]) or 'a host'} warns: "
+            summary = (f"{what}: NCCL on {', '.join(local_gpus(rows)[:4]) or ', '.join(hosts[:4]) or 'a host'} warns: "
                        f"{str(e['text'])[:160]}")  # fmt: skip
             if cat == "cuda_oom":
                 devs = sorted({str(d.get("device")) for d in rows["detail"] if d.get("device")})
@@ -123,7 +137,8 @@ def _network(ev: Evidence, coords) -> list:
         out.append(finding(kind, cause, rank,
                            NET_CONFIDENCE[cat], summary,
                            {"category": cat, "hosts": hosts, "remote": remote,
-                            "lines": int(rows["count"].sum()), "suspects": ranks},
+                            "lines": int(rows["count"].sum()), "suspects": ranks,
+                            "gpus": local_gpus(rows)},
                            coords, host=host))  # fmt: skip
     mm = cats[cats["cat"] == "mismatch"]
     around = sorted({int(p) for p in mm["peer"] if int(p) >= 0})

@@ -282,3 +282,31 @@ def test_a_rank_named_in_a_mismatch_raises_the_world_bound() -> None:
     ev = read_file(_case("bk-opendde23-mismatch-allgather-base-shape-rank1-vs-rank2"))
     got = evidence_of(pd.DataFrame([e.row() for e in ev]))
     assert (got.world, got.world_exact, got.present) == (3, False, {1})
+
+
+def test_an_nccl_device_on_a_worker_host_is_no_global_rank() -> None:
+    """nccl#1405 and nccl#1029: ``kp-ddp-worker-0:3468:3905 [4] ... NCCL WARN NET/IB`` is
+    GPU 4 of host kp-ddp-worker-0, not global rank 4 (a host named as one node of several:
+    no "one node seen" rule); it said "suspects 4" and "suspects 0"."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+    from ranksight.analyzer.log_evidence.evidence import several_nodes
+
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    for case, gpu in (
+        ("bk2-nccl1405-ib-status12-peer-worker0-gpu4-no-rank", "host kp-ddp-worker-0, GPU 4"),
+        ("bk2-nccl1029-pdsh-worker1-nvls-cuda-init-error-gpu0-no-rank",
+         "host rdma-test-gpu-worker-1, GPU 0"),
+    ):  # fmt: skip
+        frame = pd.DataFrame([e.row() for e in read_file(_case(case))])
+        findings, _ = log_findings(frame, coords)
+        assert all(f.culprit_rank < 0 and not f.evidence["suspects"] for f in findings), case
+        assert gpu in findings[0].summary and gpu in findings[0].evidence["gpus"][0]
+    one = pd.DataFrame({"host": ["ins-7df6eojsifuykig9"], "kind": ["present"], "rank": [-1]})
+    assert several_nodes(one) == ""
+    assert several_nodes(one.assign(host="liangxianchen-funasr-15wh-train-lxc0-w-0"))
+    from ranksight.importer.logs import read_lines
+
+    (n,) = [e for e in read_lines(["torchrun --nnodes=1:4 train.py"]) if e.kind == "nodes"]
+    assert n.code == 4 and several_nodes(pd.concat([one, pd.DataFrame([n.row()])]))

@@ -127,7 +127,7 @@ def read_file(path: str, shown: str = "", cut: list[int] | None = None) -> list[
 
 def says_something(events: list[Event]) -> bool:
     """Whether ``events`` hold more than presence and sizes (a log worth a run)."""
-    return any(e.kind not in ("present", "world") for e in events)
+    return any(e.kind not in ("present", "world", "nodes") for e in events)
 
 
 __all__ = [

@@ -36,6 +36,7 @@ KINDS = (
     "peer_gone",  # gloo: the connection to a peer closed or reset (the peer went away)
     "worker_died",  # Ray's raylet: a worker process died (its pid and address)
     "world",  # a line that says how many ranks the job or a group has (``code``)
+    "nodes",  # a line that says the job spans several nodes (``nnodes=2``: ``code``)
     "present",  # a rank that printed something (a heartbeat for "who left no line")
     "stack",  # a py-spy dump: the main thread's innermost frames and what they say
     "nccl_info",  # one process's NCCL version, topology and transport lines

@@ -3,7 +3,10 @@
 - ``present``: every rank a line names by its prefix (one event per rank and file,
   ``count`` its lines): a rank that printed anything is not one that "left no line";
 - ``world``: ``world_size=8``, ``WORLD_SIZE: 8``, ``global_world_size=16``, ``world size:
-  8`` (``code`` the size, ``detail.source`` the words).
+  8`` (``code`` the size, ``detail.source`` the words);
+- ``nodes``: ``--nnodes=2``, ``nnodes 2``, ``NNODES=2``, ``--nnodes=1:4`` (torchrun's
+  elastic range: the largest), where more than one: the job spans several nodes, so a
+  local rank is not the global rank (``analyzer/log_evidence/evidence.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from .lines import LogLine
 _WORLD = re.compile(
     r"\b(?P<key>global_world_size|role_world_size|world_size|WORLD_SIZE|world size|"
     r"num_processes|Total number of processes)\b\s*[=:]?\s*(?P<n>\d+)"
+)
+_NODES = re.compile(
+    r"\b(?:nnodes|NNODES|num_nodes|NUM_NODES)\b[\"']?\s*[=:]?\s*(?:\d+:)?(?P<n>\d+)"
 )
 MARKERS = ("",)
 """Every line: any line with a rank prefix counts as that rank's presence."""
@@ -43,6 +49,9 @@ class Reader:
             if 0 < n <= MAX_WORLD:
                 self.out.append(Event("world", rank=line.rank, code=n, line=line.number,
                                       text=line.text, detail={"source": m.group("key")}))  # fmt: skip
+        if (m := _NODES.search(line.text)) and 1 < int(m.group("n")) <= MAX_WORLD:
+            self.out.append(Event("nodes", rank=line.rank, code=int(m.group("n")),
+                                  line=line.number, text=m.group(0)))  # fmt: skip
 
     def finish(self) -> list[Event]:
         """One ``present`` event per rank, then the world sizes."""
