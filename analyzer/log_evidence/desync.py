@@ -102,7 +102,7 @@ def _fingerprints(ev: Evidence, coords) -> list:
 
 def _timeouts(ev: Evidence, coords) -> list:
     t = ev.of("timeout")
-    t = t[(t["rank"] >= 0) & (t["seq"] >= 0)]
+    t = t[(t["rank"] >= 0) & (t["seq"] >= 0) & (t["op"] != "")]  # a line cut before its op
     out = []
     named = {q: sorted({p for p in g["pg"] if p}) for q, g in t.groupby("seq")}
     t = t.assign(pg=[p or (named[q][0] if len(named[q]) == 1 else "")

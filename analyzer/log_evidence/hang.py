@@ -150,12 +150,15 @@ def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
     one = len(ev.present) <= 1  # one rank's log: the others' silence says little
     silent = ev.missing()
     aborted = _aborted(ev)
-    quiet = sorted(ev.present - blocked - set(odd) - set(behind) - aborted)
+    cut = {int(r) for r in ev.of("timeout")["rank"] if int(r) >= 0} - blocked
+    quiet = sorted(ev.present - blocked - set(odd) - set(behind) - aborted - cut)
     main = next(iter(evidence.values()))
     base = {"seq": main["seq"], "op": main["op"], "groups": evidence, "silent": silent,
             "no_timeout": quiet, "world_size": ev.world, "world_exact": ev.world_exact}  # fmt: skip
     if aborted:
         base["comm_aborted"] = sorted(aborted)
+    if cut:  # a timeout line cut before its op (FunASR#2006: rank 3's SeqNum=1573 cut)
+        base["timeout_cut"] = sorted(cut)
     if ev.assumed:
         base["ranks_assumed"] = ev.assumed
     head = "; ".join(summaries[:4]) + (

@@ -17,8 +17,9 @@ torch                     the line (after its ``[rankN]:[E... file:line]`` prefi
 any (blocking wait)       ``Work WorkNCCL(SeqNum=904, ...) timed out in blocking wait``
 ========================  =====================================================
 
-A timeout line becomes a ``timeout`` event (one cut before its ``WorkNCCL(...)`` too,
-even inside the word ``collective``, with no op), a status line a ``status`` event (``seq`` the failed work,
+A timeout line becomes a ``timeout`` event (one cut before its ``WorkNCCL(...)`` or
+inside it too, even inside the word ``collective``, with no op: FunASR#2006's
+``[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1573``), a status line a ``status`` event (``seq`` the failed work,
 ``enqueued``/``completed``), the heartbeat monitor's ``watchdog got stuck for 480
 seconds`` a ``watchdog_stuck`` event (the watchdog thread itself blocked in a CUDA or
 NCCL call: ``code`` the seconds). ``[Rank N]`` is the rank inside the group;
@@ -44,12 +45,12 @@ _PG_NEW = re.compile(
 )
 _PG_OLD = re.compile(r"\[PG (?P<uid>[^\s(\]]+)(?: \((?P<name>[^)]*)\))? Rank (?P<r>\d+)\]")
 _RANK = re.compile(r"\[Rank (?P<r>\d+)\]")
-_FIELD = {
-    "seq": re.compile(r"SeqNum=\s*(\d+)"),
-    "op": re.compile(r"OpType=\s*(\w+)(?=[,)\s])"),  # a value cut at the line's end is unknown
-    "nin": re.compile(r"NumelIn=\s*(-?\d+)"),
-    "nout": re.compile(r"NumelOut=\s*(-?\d+)"),
-    "timeout": re.compile(r"Timeout\(ms\)=\s*(\d+)"),
+_FIELD = {  # a value cut at the line's end is unknown (SeqNum=1573 of 15734: FunASR#2006)
+    "seq": re.compile(r"SeqNum=\s*(\d+)(?=[,)\s])"),
+    "op": re.compile(r"OpType=\s*(\w+)(?=[,)\s])"),
+    "nin": re.compile(r"NumelIn=\s*(-?\d+)(?=[,)\s])"),
+    "nout": re.compile(r"NumelOut=\s*(-?\d+)(?=[,)\s])"),
+    "timeout": re.compile(r"Timeout\(ms\)=\s*(\d+)(?=[,)\s])"),
 }
 _CAUGHT = re.compile(r"Watchdog caught (?P<word>c\w*)(?P<end>\s*$)?")
 
@@ -116,6 +117,9 @@ def parse(line: LogLine) -> list[Event]:
                       numel_out=int(f["nout"] or -1), code=int(f["timeout"] or -1),
                       detail={"ran_ms": int(ran.group(1))} if ran else {})
             )  # fmt: skip
+        elif _caught(text):  # cut inside WorkNCCL(...): a timeout, its op unknown
+            out.append(Event("timeout", **base, seq=int(f["seq"]) if f["seq"] else -1,
+                             detail={"cut": True}))  # fmt: skip
     elif _caught(text):  # the line is cut before its WorkNCCL(...)
         out.append(Event("timeout", **base, detail={"cut": True}))
     if m := _STUCK.search(text):
