@@ -90,12 +90,14 @@ FOLD_CONFIDENCE = 0.45
 
 def _fold(findings: list, notes: list[str]) -> list:
     """The hang a desync, a hardware error or a crash explains goes into its evidence (as
-    ``analyzer/diagnose.py`` folds a live hang into its desync)."""
+    ``analyzer/diagnose.py`` folds a live hang into its desync): a hang that names no rank,
+    or, beside a crash, one that names a rank only for its silence (:func:`_by_silence`)."""
     cause = next((f for f in findings if f.kind in (Kind.DESYNC, Kind.HARDWARE, Kind.NETWORK, Kind.CRASH)
                   and f.confidence >= FOLD_CONFIDENCE), None)  # fmt: skip
     if cause is None:
         return findings
-    hangs = [f for f in findings if f.kind == Kind.HANG and f.culprit_rank < 0]
+    hangs = [f for f in findings if f.kind == Kind.HANG
+             and (f.culprit_rank < 0 or cause.kind == Kind.CRASH and _by_silence(f))]  # fmt: skip
     if not hangs:
         return findings
     out = []
@@ -106,6 +108,16 @@ def _fold(findings: list, notes: list[str]) -> list:
             out.append(f)
     notes.append(f"the hang is the {cause.kind}'s consequence: {hangs[0].summary}")
     return out
+
+
+def _by_silence(hang) -> bool:
+    """Whether ``hang`` names its rank only because it left no line or no timeout (its
+    ``silent`` / ``no_timeout`` evidence), not from where it stands: beside a rank's own
+    crash that silence is the crash's consequence, no cause of its own (FunASR#2006:
+    rank 2's OOM; the others time out; rank 1 was named for saying nothing)."""
+    quiet = [r for k in ("silent", "no_timeout") if isinstance(v := hang.evidence.get(k), list)
+             for r in v]  # fmt: skip
+    return hang.culprit_rank in quiet
 
 
 def _rank(f) -> tuple:

@@ -310,3 +310,29 @@ def test_an_nccl_device_on_a_worker_host_is_no_global_rank() -> None:
 
     (n,) = [e for e in read_lines(["torchrun --nnodes=1:4 train.py"]) if e.kind == "nodes"]
     assert n.code == 4 and several_nodes(pd.concat([one, pd.DataFrame([n.row()])]))
+
+
+def test_a_crash_takes_in_the_hang_that_names_a_rank_for_its_silence() -> None:
+    """FunASR#2006: rank 2's OOM, rank 5's timeout and rank 3's timeout cut at
+    ``WorkNCCL(SeqNum=1573`` (a timeout, its sequence number unknown): one crash of rank 2,
+    the hang folded into it; a hang that named a silent rank beside a crash is folded too
+    (it said "hang: rank 1 — cause: stuck")."""
+    import pandas as pd
+
+    from ranksight.analyzer.findings import Finding
+    from ranksight.analyzer.log_evidence import _fold, log_findings
+
+    ev = read_file(_case("bk2-funasr2006-oom-rank2-worker0-cut-watchdog-rank3"))
+    cut = [e for e in ev if e.kind == "timeout" and e.rank == 3]
+    assert [(e.seq, e.op, e.detail) for e in cut] == [(-1, "", {"cut": True})]
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    findings, notes = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
+    assert [(f.kind, f.culprit_rank) for f in findings] == [("crash", 2)]
+    assert any("the hang is the crash's consequence" in n for n in notes)
+    crash = Finding("crash", "exception", 2, "", -1, -1, -1, 0.5, 100.0, "", {"suspects": [2]})
+    hang = Finding("hang", "stuck", 1, "", -1, -1, -1, 0.3, 100.0, "h",
+                   {"suspects": [1], "silent": [1], "no_timeout": [0, 4]})  # fmt: skip
+    (folded,) = _fold([crash, hang], [])
+    assert folded.culprit_rank == 2 and folded.evidence["hang"] == ["h"]
+    odd = Finding("hang", "stuck", 1, "", -1, -1, -1, 0.6, 100.0, "h", {"suspects": [1]})
+    assert len(_fold([crash, odd], [])) == 2  # rank 1 at another seq: a finding of its own
