@@ -158,21 +158,55 @@ def _network(ev: Evidence, coords) -> list:
     return out
 
 
+RESULT_CLASS = {1: "cuda", 2: "system", 3: "internal", 4: "usage", 5: "usage", 6: "remote"}
+"""nccl.h's ``ncclResult_t`` codes (an INFO line's ``init.cc:1929 -> 3``) -> the error
+class of ``importer/logs/nccl.py: ERROR_KINDS``."""
+
+
+def _alike(ev: Evidence, cls: str, ranks: list[int]) -> list[str]:
+    """Other processes that failed as ``ranks`` did, their NCCL error class ``cls``: a
+    process whose NCCL lines end in a failed call of that class (``init.cc:1929 -> 3``)
+    with another rank, and a rank that began a traceback whose exception is cut from the
+    lines (vllm#10453: rank 1's ``ncclInternalError``, pid 412's ``-> 3`` chain, rank 2's
+    ``Traceback (most recen``)."""
+    out = []
+    raised = {int(r) for r in ev.of("exception")["rank"]}
+    for r in sorted({int(r) for r in ev.of("traceback")["rank"]} - set(ranks) - raised):
+        out.append(f"rank {r} (a traceback, its exception cut)")
+    nccl = ev.where(ev.of("present"), lambda d: isinstance(d.get("failed"), dict))
+    for r, d, h, g, p, m in zip(nccl["rank"], nccl["detail"], nccl["host"], nccl["local_rank"],
+                                nccl["pid"], nccl["mapped"], strict=True):  # fmt: skip
+        f = d["failed"]
+        if RESULT_CLASS.get(int(f.get("code", 0))) != cls or int(r) in ranks:
+            continue
+        who = f"rank {int(r)}" if int(r) >= 0 and not m else f"host {h}, GPU {int(g)}"
+        out.append(f"{who} (pid {int(p)}: NCCL's {f.get('at')} -> {f.get('code')})")
+    return out
+
+
 def _nccl_errors(ev: Evidence, coords) -> list:
     """One finding per class of ``NCCL error`` raised (a network error before the crash
-    the same words would make)."""
+    the same words would make); no rank where several processes fail alike
+    (:func:`_alike`): the set-up or the environment, not the first rank whose traceback
+    is whole. (A remote error is another process's or the fabric's already: the others
+    failing after it is no sign of a common cause.)"""
     ne = ev.of("nccl_error")
     out = []
     for cls, rows in ne.groupby("op", sort=False):
         kind, cause, meaning = NCCL_ERRORS.get(str(cls), NCCL_ERRORS["other"])
         ranks = sorted({int(r) for r in rows["rank"] if int(r) >= 0})
         who = ranks_text(ranks) if ranks else "a rank"
-        many = len(ranks) > 2
-        out.append(finding(kind, cause, ranks[0] if len(ranks) == 1 and kind == "crash" else -1,
+        alike = _alike(ev, str(cls), ranks) if ranks and kind == "crash" else []  # not remote
+        many = len(ranks) > 2 or bool(alike)
+        said = (f"; the same failure on {', '.join(alike[:4])}: several processes fail "
+                "alike, so the set-up or the environment (topology, P2P, the container), "
+                "not one rank" if alike else
+                " (the same on many ranks: not one rank's fault)" if many else "")  # fmt: skip
+        out.append(finding(kind, cause, ranks[0] if len(ranks) == 1 and not many and kind == "crash" else -1,
                            0.3 if many else 0.4,
-                           f"{kind}: {who} raised an NCCL error: {meaning}"
-                           + (" (the same on many ranks: not one rank's fault)" if many else ""),
-                           {"nccl_error": str(cls), "suspects": [] if many else ranks}, coords))  # fmt: skip
+                           f"{kind}: {who} raised an NCCL error: {meaning}{said}",
+                           {"nccl_error": str(cls), "suspects": [] if many else ranks,
+                            "alike": alike}, coords))  # fmt: skip
     return out
 
 

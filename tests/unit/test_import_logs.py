@@ -336,3 +336,21 @@ def test_a_crash_takes_in_the_hang_that_names_a_rank_for_its_silence() -> None:
     assert folded.culprit_rank == 2 and folded.evidence["hang"] == ["h"]
     odd = Finding("hang", "stuck", 1, "", -1, -1, -1, 0.6, 100.0, "h", {"suspects": [1]})
     assert len(_fold([crash, odd], [])) == 2  # rank 1 at another seq: a finding of its own
+
+
+def test_several_processes_failing_one_nccl_setup_name_no_rank() -> None:
+    """vllm#10453: rank 1's ``ncclInternalError``, pid 412's ``init.cc:1929 -> 3`` and rank
+    2's cut ``Traceback (most recen``: the same set-up failure on several processes, no
+    culprit (it said "crash: rank 1")."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+
+    ev = read_file(_case("bk2-vllm10453-internal-error-init-rank1-rank2-cut-pid412-no-rank"))
+    assert sorted(e.rank for e in ev if e.kind == "traceback") == [1, 2]
+    (p,) = [e for e in ev if e.kind == "present" and e.pid == 412]
+    assert p.detail["failed"] == {"at": "init.cc:1929", "code": 3}
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    (f, *rest), _ = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
+    assert (f.kind, f.culprit_rank, f.evidence["suspects"], rest) == ("crash", -1, [], [])
+    assert "several processes fail alike" in f.summary

@@ -31,6 +31,7 @@ KINDS = (
     "fr_missing",  # fr_trace / NCCL RAS: ranks that did not join a collective
     "gpu_error",  # ECC, XID, NVML Unknown Error, PCIe AER, CUDA device errors
     "exception",  # a rank's Python exception line (RuntimeError: ...), first of its kind
+    "traceback",  # a rank began a Python traceback (its exception may be cut off)
     "fatal_signal",  # a process caught SIGSEGV / SIGBUS ... (UCX, faulthandler, the shell)
     "init_failure",  # the c10d store at start-up: workers missing, the master unreachable
     "peer_gone",  # gloo: the connection to a peer closed or reset (the peer went away)

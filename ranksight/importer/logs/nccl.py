@@ -18,6 +18,11 @@ Every NCCL line starts ``host:pid:tid [cudaDev] NCCL INFO|WARN`` (a process is t
   process tore its communicator down: ProcessGroupNCCL does so when its watchdog caught
   an error or a timeout (and some torch versions at ``destroy_process_group``), so it is
   no failure by itself, but a rank that did it was not idle in a hang;
+- an error's way out, ``init.cc:1929 -> 3`` (``file:line -> ncclResult_t``, non-zero:
+  the call at that line failed with that result, 3 ``ncclInternalError``): the process's
+  last one goes in its ``present`` event as ``detail.failed`` (``{"at", "code"}``), so that
+  several processes failing one set-up are told from one rank's error (vllm#10453: pid
+  412's ``graph/paths.cc:260 -> 3 ... init.cc:1929 -> 3``);
 - ``NCCL WARN`` lines as ``nccl_warn`` events, ``detail`` ``category``: ``ib_async``
   (``NET/IB : Got async event : port error``), ``ib_completion`` (``Got completion from
   peer ... with error``), ``net_mismatch``, ``mismatch`` (``Mismatched collective
@@ -44,6 +49,7 @@ _CALL = re.compile(
 )
 _INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
                    r"(?: cudaDev (?P<dev>\d+))?(?:.*?busId (?P<bus>[0-9a-fA-F]+))?", re.I)  # fmt: skip
+_RETURN = re.compile(r"^(?P<at>[\w/.-]+\.(?:cc|cpp|h|c):\d+) -> (?P<code>[1-9]\d*)\b")
 _REMOTE = re.compile(r"(?:from|peer|to)\s+(?P<addr>[\w.:%\[\]-]+?)<\d+>")
 _AROUND = re.compile(r"at and around rank (?P<r>\d+)")
 _WARN_KINDS = (
@@ -117,6 +123,7 @@ class Reader:
         self.proc_rank: dict[tuple, int] = {}
         self.notes: dict[tuple, list[str]] = {}
         self.dev: dict[tuple, int] = {}  # proc -> its CUDA device (NCCL's [cudaDev])
+        self.failed: dict[tuple, dict] = {}  # proc -> its last "file:line -> code"
         self.out: list[Event] = []
 
     def feed(self, line: LogLine) -> None:
@@ -133,6 +140,8 @@ class Reader:
             self.proc_rank.setdefault(proc, line.rank)
         if h.group("level") in ("WARN", "ERROR"):
             self._warn(proc, h, msg, line)
+        elif m := _RETURN.match(msg):
+            self.failed[proc] = {"at": m.group("at"), "code": int(m.group("code"))}
         elif m := _CALL.match(msg):
             self._call(proc, m)
             self.calls[(proc, m.group("comm"))]["dev"] = int(h.group("dev"))
@@ -220,8 +229,11 @@ class Reader:
         for proc in sorted(procs):
             rank, world, bus = self._rank_of(proc)
             if rank >= 0 or proc in self.dev:
+                detail: dict = {"source": "nccl"}
+                if proc in self.failed:
+                    detail["failed"] = self.failed[proc]
                 out.append(Event("present", rank=rank, local_rank=self.dev.get(proc, -1),
-                                 host=proc[0], pid=proc[1], detail={"source": "nccl"}))  # fmt: skip
+                                 host=proc[0], pid=proc[1], detail=detail))  # fmt: skip
             if self.notes.get(proc):
                 out.append(Event("nccl_info", rank=rank, host=proc[0], pid=proc[1],
                                  detail={"notes": self.notes[proc]}))  # fmt: skip
