@@ -21,6 +21,7 @@ Read the way an expert reads a console of timeouts:
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ranksight.ground.words import counted, span
@@ -146,12 +147,31 @@ def _timeouts(ev: Evidence, coords: pd.DataFrame) -> tuple[list, list[str]]:
     return [_finding(ev, coords, summaries, blocked, odd, behind, evidence)], notes
 
 
+SETUP = ("nccl_info", "world", "nodes")
+"""Event kinds that say nothing of a rank's progress (with the ``present`` event of a
+process whose NCCL lines are all set-up lines: ``detail.setup_only``)."""
+
+
+def _setup_only(ev: Evidence) -> set[int]:
+    """Ranks whose only lines are NCCL's set-up (``cudaDriverVersion``, ``Bootstrap :
+    Using ...``, plugin and topology lines): they say nothing of whether the rank reached
+    the op the others are blocked in, so it is no rank that "printed no timeout"
+    (lightning#20434: rank 2's set-up lines, out of order beside rank 3's timeout)."""
+    f = ev.frame[ev.frame["rank"] >= 0]
+    nccl = [k == "present" and bool(d.get("setup_only"))
+            for k, d in zip(f["kind"], f["detail"], strict=True)]  # fmt: skip
+    setup = f["kind"].isin(SETUP).to_numpy(dtype=bool) | np.asarray(nccl, dtype=bool)
+    other = {int(r) for r in f.loc[~setup, "rank"]}
+    return {int(r) for r in f.loc[setup, "rank"]} - other
+
+
 def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
     one = len(ev.present) <= 1  # one rank's log: the others' silence says little
-    silent = ev.missing()
     aborted = _aborted(ev)
     cut = {int(r) for r in ev.of("timeout")["rank"] if int(r) >= 0} - blocked
-    quiet = sorted(ev.present - blocked - set(odd) - set(behind) - aborted - cut)
+    setup = _setup_only(ev) - blocked - set(odd) - set(behind) - aborted - cut
+    silent = sorted(set(ev.missing()) | setup)
+    quiet = sorted(ev.present - blocked - set(odd) - set(behind) - aborted - cut - setup)
     main = next(iter(evidence.values()))
     base = {"seq": main["seq"], "op": main["op"], "groups": evidence, "silent": silent,
             "no_timeout": quiet, "world_size": ev.world, "world_exact": ev.world_exact}  # fmt: skip
@@ -159,6 +179,8 @@ def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
         base["comm_aborted"] = sorted(aborted)
     if cut:  # a timeout line cut before its op (FunASR#2006: rank 3's SeqNum=1573 cut)
         base["timeout_cut"] = sorted(cut)
+    if setup:
+        base["setup_only"] = sorted(setup)
     if ev.assumed:
         base["ranks_assumed"] = ev.assumed
     head = "; ".join(summaries[:4]) + (
@@ -185,6 +207,9 @@ def _finding(ev, coords, summaries, blocked, odd, behind, evidence):
     if suspects:
         who = ranks_text(suspects).capitalize()
         said = "left no line" if silent else "printed no timeout while the others did"
+        if setup & set(suspects):
+            said = (f"left no line past NCCL's set-up ({ranks_text(setup)} only those, printed "
+                    "before the hang)")  # fmt: skip
         exact = ev.world_exact or bool(silent)
         conf = CONFIDENCE["only_silent"] if len(suspects) == 1 and exact and len(blocked) >= 2 \
             else CONFIDENCE["silent"]  # fmt: skip

@@ -354,3 +354,23 @@ def test_several_processes_failing_one_nccl_setup_name_no_rank() -> None:
     (f, *rest), _ = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
     assert (f.kind, f.culprit_rank, f.evidence["suspects"], rest) == ("crash", -1, [], [])
     assert "several processes fail alike" in f.summary
+
+
+def test_a_rank_with_only_nccl_setup_lines_stays_a_suspect() -> None:
+    """lightning#20434: device [2]'s only lines are NCCL's set-up (``cudaDriverVersion``,
+    ``Bootstrap``), so it is no rank that "printed no timeout": suspects 0,1,2 (it said 0,1);
+    a service thread's ``Connection closed`` is no set-up line."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+    from ranksight.importer.logs import read_lines
+
+    ev = read_file(_case("bk2-lightning20434-broadcast-seq1-rank3-rank2-setup-lines-only"))
+    setup = {e.pid: e.detail.get("setup_only") for e in ev if e.kind == "present" and e.pid > 0}
+    assert setup == {2324238: True, 2324239: True}
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    (f, *_), _ = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
+    assert (f.kind, f.culprit_rank, f.evidence["suspects"]) == ("hang", -1, [0, 1, 2])
+    line = "h:1:2 [6] NCCL INFO [Service thread] Connection closed by localRank 2"
+    (p,) = [e for e in read_lines([line]) if e.kind == "present"]
+    assert "setup_only" not in p.detail

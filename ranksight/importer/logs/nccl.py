@@ -23,6 +23,11 @@ Every NCCL line starts ``host:pid:tid [cudaDev] NCCL INFO|WARN`` (a process is t
   last one goes in its ``present`` event as ``detail.failed`` (``{"at", "code"}``), so that
   several processes failing one set-up are told from one rank's error (vllm#10453: pid
   412's ``graph/paths.cc:260 -> 3 ... init.cc:1929 -> 3``);
+- whether a process printed only set-up lines (``cudaDriverVersion``, ``Bootstrap :
+  Using``, plugins, channels, rings and trees, ``comm .. rank R nranks N`` init: see
+  :data:`SETUP`), ``detail.setup_only`` of its ``present`` event: such lines say nothing
+  of whether it reached a later collective (lightning#20434's rank 2); a service
+  thread's ``Connection closed``, an abort, an error's way out or a call is no set-up;
 - ``NCCL WARN`` lines as ``nccl_warn`` events, ``detail`` ``category``: ``ib_async``
   (``NET/IB : Got async event : port error``), ``ib_completion`` (``Got completion from
   peer ... with error``), ``net_mismatch``, ``mismatch`` (``Mismatched collective
@@ -50,6 +55,14 @@ _CALL = re.compile(
 _INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
                    r"(?: cudaDev (?P<dev>\d+))?(?:.*?busId (?P<bus>[0-9a-fA-F]+))?", re.I)  # fmt: skip
 _RETURN = re.compile(r"^(?P<at>[\w/.-]+\.(?:cc|cpp|h|c):\d+) -> (?P<code>[1-9]\d*)\b")
+SETUP = re.compile(
+    r"cudaDriverVersion|Bootstrap|NCCL version|Plugin|NET/\w+ : Using|Using network|Channel|"
+    r"Trees|Ring|\bvia\b|coll channels|threadThresholds|Chunksize|Launch mode|Setting "
+    r"affinity|ncclCommInitRank|ncclCommSplit|Init COMPLETE|Connected all|CC Off|NCCL_\w+ set|"
+    r"comm 0x[0-9a-fA-F]+ rank \d+ nranks \d+(?!.*Abort)|nvmlDev|MNNVL|NVLS multicast|PXN"
+)
+"""Words of NCCL's INFO lines printed while a communicator is made, before any collective
+(the lines of NCCL 2.18-2.21 set-up in the corpus: lightning#20434, Open-Sora-Plan#386)."""
 _REMOTE = re.compile(r"(?:from|peer|to)\s+(?P<addr>[\w.:%\[\]-]+?)<\d+>")
 _AROUND = re.compile(r"at and around rank (?P<r>\d+)")
 _WARN_KINDS = (
@@ -124,6 +137,7 @@ class Reader:
         self.notes: dict[tuple, list[str]] = {}
         self.dev: dict[tuple, int] = {}  # proc -> its CUDA device (NCCL's [cudaDev])
         self.failed: dict[tuple, dict] = {}  # proc -> its last "file:line -> code"
+        self.past_setup: set[tuple] = set()  # procs with a line that is no set-up line
         self.out: list[Event] = []
 
     def feed(self, line: LogLine) -> None:
@@ -138,6 +152,8 @@ class Reader:
         self.dev.setdefault(proc, int(h.group("dev")))
         if line.rank >= 0:
             self.proc_rank.setdefault(proc, line.rank)
+        if h.group("level") != "INFO" or not SETUP.search(msg):
+            self.past_setup.add(proc)
         if h.group("level") in ("WARN", "ERROR"):
             self._warn(proc, h, msg, line)
         elif m := _RETURN.match(msg):
@@ -232,6 +248,8 @@ class Reader:
                 detail: dict = {"source": "nccl"}
                 if proc in self.failed:
                     detail["failed"] = self.failed[proc]
+                if proc not in self.past_setup:
+                    detail["setup_only"] = True
                 out.append(Event("present", rank=rank, local_rank=self.dev.get(proc, -1),
                                  host=proc[0], pid=proc[1], detail=detail))  # fmt: skip
             if self.notes.get(proc):
