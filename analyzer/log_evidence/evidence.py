@@ -38,6 +38,8 @@ class Evidence:
     world_source: str = ""
     assumed: str = ""
     """How ranks were mapped that the lines do not map themselves (a note), or ""."""
+    bound: str = "the highest rank the lines name"
+    """Where a lower bound of the world size (``world_exact`` False) comes from."""
 
     def of(self, *kinds: str) -> pd.DataFrame:
         """The events of ``kinds``."""
@@ -68,7 +70,7 @@ class Evidence:
         if self.world_exact:
             return f"World size {self.world}, from {self.world_source}."
         return (
-            f"World size at least {self.world}, the highest rank the lines name: ranks above "
+            f"World size at least {self.world}, {self.bound}: ranks above "
             f"{self.world - 1} may exist and be silent too."
         )
 
@@ -232,8 +234,8 @@ def evidence_of(events: pd.DataFrame) -> Evidence:
         n, default = group
         if default:
             sizes.append((n, "all_gather/reduce_scatter sizes of the default group"))
-        else:
-            top = max(top, n)  # a group is no larger than the world
+        elif n > top:  # a group is no larger than the world (DeepEP#411: 16 of PG 1)
+            top, ev.bound = n, "the size of a group's all_gather/reduce_scatter (NumelOut/NumelIn)"
     if sizes:
         n, src = max(sizes)
         ev.world, ev.world_exact, ev.world_source = max(n, top), n >= top, src

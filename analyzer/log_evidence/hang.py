@@ -299,13 +299,19 @@ def _unmapped(ev: Evidence, coords, summaries: list[str]) -> object:
 def _ahead(ahead: dict, blocked: set, base: dict, coords) -> object:
     """Ranks at a later sequence number of a group than the others: a desync, the odd
     ones out (the ranks behind them are waiting in the op the odd ones skipped)."""
-    why = [f"rank {r} is at #{s} ({o or 'op'}) of {g} while the others are at #{at}"
-           for r, (g, s, o, at) in sorted(ahead.items())]  # fmt: skip
     ranks = sorted(ahead)
     tie = len(ranks) >= len(blocked)  # two ranks, one ahead: which is wrong is not said
     conf = 0.6 if len(ranks) == 1 and len(blocked) >= 3 else 0.4
-    if tie:
-        ranks = sorted(set(ranks) | set(blocked))
+    if tie:  # accelerate#3250: rank 1 at #126, rank 0 at #122, no majority
+        why = [f"rank {r} is at #{s} ({o or 'op'}) of {g} while {ranks_text(blocked)} "
+               f"{'is' if len(blocked) == 1 else 'are'} at #{at}"
+               for r, (g, s, o, at) in sorted(ahead.items())]  # fmt: skip
+        return finding("desync", "ahead", -1, conf,
+                       "desync: " + "; ".join(why[:6]) + ": one side skipped or issued an "
+                       "extra collective, and with no majority the lines do not say which",
+                       {**base, "suspects": sorted(set(ranks) | set(blocked))}, coords)  # fmt: skip
+    why = [f"rank {r} is at #{s} ({o or 'op'}) of {g} while the others are at #{at}"
+           for r, (g, s, o, at) in sorted(ahead.items())]  # fmt: skip
     return finding("desync", "ahead", ranks[0] if len(ranks) == 1 else -1, conf,
                    "desync: " + "; ".join(why[:6]) + ": it skipped or issued an extra "
                    "collective, the odd one out (the others wait for it in the op it passed)",

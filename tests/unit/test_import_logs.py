@@ -374,3 +374,21 @@ def test_a_rank_with_only_nccl_setup_lines_stays_a_suspect() -> None:
     line = "h:1:2 [6] NCCL INFO [Service thread] Connection closed by localRank 2"
     (p,) = [e for e in read_lines([line]) if e.kind == "present"]
     assert "setup_only" not in p.detail
+
+
+def test_a_two_rank_desync_and_a_group_bound_say_what_they_are() -> None:
+    """accelerate#3250: two ranks, one ahead: no "odd one out" of "the others"; DeepEP#411:
+    the world's bound 16 is PG 1's NumelOut / NumelIn, not "the highest rank seen"."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    ev = read_file(_case("bk2-accel3250-fsdp-two-ranks-reduce-scatter-122-vs-allgather-126"))
+    (f, *_), _ = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
+    assert (f.kind, f.culprit_rank, f.evidence["suspects"]) == ("desync", -1, [0, 1])
+    assert "while rank 0 is at #122" in f.summary and "odd one" not in f.summary
+    ev = read_file(_case("bk2-deepep411-internode-allgather-seq1-pg1-ranks3-7-node0-only"))
+    (f, *_), notes = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
+    assert "at least 16, the size of a group's all_gather" in f.summary
+    assert "highest rank" not in " ".join([f.summary, *notes])
