@@ -1,4 +1,5 @@
-"""Crashes in logs: torchrun's summary of failed ranks, and ranks' own exceptions.
+"""Crashes in logs: torchrun's summary of failed ranks, DeepSpeed's launcher killing a
+host's workers, ranks' own exceptions, tracebacks behind pdsh's host prefixes.
 
 torchrun's root cause is the *first failure it observed* on that node's agent, not
 always the first cause: a rank torn down by its NCCL watchdog after a timeout exits with
@@ -86,16 +87,19 @@ def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
     rank's own exception."""
     found, notes = _crashes(ev, coords)
     ray, more = _ray_deaths(ev, coords)
-    return _fatal(ev, coords) + ray + found, notes + more
+    return _fatal(ev, coords) + ray + found + _tracebacks(ev, coords), notes + more
 
 
 def _crashes(ev: Evidence, coords) -> tuple[list, list[str]]:
     cf = ev.of("child_failed")
     hung = not ev.of("timeout", "status").empty
     srun = ev.where(cf, lambda d: d.get("source") == "srun")
-    cf = cf.drop(srun.index)
+    ds = ev.where(cf, lambda d: d.get("source") == "deepspeed_launcher")
+    cf = cf.drop(srun.index).drop(ds.index)
     if not cf.empty:
         return _child_failed(ev, cf, hung, coords)
+    if not ds.empty:
+        return _launcher_kills(ds, hung, coords), []
     if not srun.empty:
         tasks = ", ".join(
             f"{h}: tasks {d['tasks']}" for h, d in zip(srun["host"], srun["detail"], strict=True)
@@ -105,6 +109,54 @@ def _crashes(ev: Evidence, coords) -> tuple[list, list[str]]:
                         "srun task ids are not ranks, and many tasks failing at once points at "
                         "the job's set-up, not one rank", {"suspects": []}, coords)], []  # fmt: skip
     return _exceptions(ev, hung, coords)
+
+
+def _launcher_kills(ds, hung: bool, coords) -> list:
+    """DeepSpeed's launcher killed a host's workers (``Killing subprocess 249``, one line a
+    worker): one of them exited with an error first, so the failure began on that host;
+    which local rank, and why, is not in these lines (DeepSpeed#4510)."""
+    hosts = sorted({str(h) for h in ds["host"] if str(h)})
+    killed = sum(len(d.get("killed") or []) for d in ds["detail"])
+    codes = sorted({int(c) for c in ds["code"] if int(c) != -1})
+    said = f" (return code {', '.join(map(str, codes))})" if codes else ""
+    where = ", ".join(hosts[:4]) or "a host"
+    first = "the failure began there" if len(hosts) == 1 else "the failure began on one of them"
+    return [finding("crash", "exit_code", -1, 0.35 if len(hosts) == 1 else 0.3,
+                    f"crash: DeepSpeed's launcher on {where} killed {killed or 'its other'} "
+                    f"of its workers after one of them exited with an error{said}: {first}; which "
+                    "local rank, and why, is not in these lines (its own traceback says)"
+                    + ("; the others' timeouts follow from it" if hung else ""),
+                    {"hosts": hosts, "killed": killed, "suspects": []}, coords,
+                    host=hosts[0] if len(hosts) == 1 else "")]  # fmt: skip
+
+
+OTHER_FAILURES = ("timeout", "status", "desync_report", "mismatch", "child_failed",
+                  "nccl_warn", "fr_missing", "gpu_error", "exception", "watchdog_stuck",
+                  "fatal_signal", "init_failure", "peer_gone", "nccl_error", "worker_died")  # fmt: skip
+"""Events that place a failure themselves: where one is there, a bare traceback adds
+nothing."""
+
+
+def _tracebacks(ev: Evidence, coords) -> list:
+    """Tracebacks behind pdsh's host prefixes with no exception line (cut from the post)
+    and nothing else that says a failure: a crash on those hosts, no rank; on several
+    hosts at once, a cause they share (the code, the build, the environment):
+    azureml-assets#302 (10.0.0.6 and 10.0.0.7 in deepspeed.initialize)."""
+    tb = ev.of("traceback")
+    tb = tb[tb["host"].astype(str) != ""]
+    if tb.empty or not ev.of(*OTHER_FAILURES).empty:
+        return []
+    hosts = sorted({str(h) for h in tb["host"]})
+    line = str(tb.iloc[0]["text"]).strip()[:120]
+    what = (f"hosts {', '.join(hosts[:4])} each print a Python traceback: a failure on "
+            "more than one host, most likely a cause they share (the code, the build, the "
+            "environment), not one rank" if len(hosts) > 1 else
+            f"host {hosts[0]} prints a Python traceback: a process there failed; its rank is "
+            "not in these lines")  # fmt: skip
+    return [finding("crash", "exception", -1, 0.3,
+                    f"crash: {what} (its exception line is not in these lines; e.g. {line!r})",
+                    {"hosts": hosts, "suspects": []}, coords,
+                    host=hosts[0] if len(hosts) == 1 else "")]  # fmt: skip
 
 
 def _child_failed(ev: Evidence, cf, hung: bool, coords) -> tuple[list, list[str]]:

@@ -392,3 +392,28 @@ def test_a_two_rank_desync_and_a_group_bound_say_what_they_are() -> None:
     (f, *_), notes = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
     assert "at least 16, the size of a group's all_gather" in f.summary
     assert "highest rank" not in " ".join([f.summary, *notes])
+
+
+def test_pdsh_prefixed_launcher_kills_and_tracebacks_are_read() -> None:
+    """DeepSpeed#4510: ``192.169.83.120: [...] [launch.py:315:sigkill_handler] Killing
+    subprocess 249`` is that host's launcher killing its workers (a crash there, no rank);
+    azureml-assets#302: tracebacks behind ``10.0.0.6: `` and ``10.0.0.7: `` are a crash on
+    both hosts, no culprit (both were skipped as saying nothing)."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    ev = read_file(_case("bk2-ds4510-pdsh-ip-prefix-sigkill-handler-killing-subprocess-host-120"))
+    (k,) = [e for e in ev if e.kind == "child_failed"]
+    assert (k.host, k.detail["killed"][:2], len(k.detail["killed"])) == (
+        "192.169.83.120",
+        [249, 250],
+        8,
+    )
+    (f,), _ = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
+    assert (f.kind, f.culprit_rank, f.host) == ("crash", -1, "192.169.83.120")
+    ev = read_file(_case("bk2-azureml302-pdsh-ip-prefix-tracebacks-two-hosts-no-exception"))
+    assert sorted(e.host for e in ev if e.kind == "traceback") == ["10.0.0.6", "10.0.0.7"]
+    (f,), _ = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
+    assert (f.kind, f.culprit_rank, f.evidence["hosts"]) == ("crash", -1, ["10.0.0.6", "10.0.0.7"])

@@ -20,6 +20,7 @@ from . import (
     exceptions,
     frtrace,
     gpu,
+    launcher,
     nccl,
     presence,
     pystacks,
@@ -45,6 +46,7 @@ LINE_FORMATS: tuple = (
     ray,
     sglang,
     exceptions,
+    launcher,
     pystacks,
     presence,
 )
