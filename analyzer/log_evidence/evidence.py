@@ -168,7 +168,8 @@ NODE_NAME = re.compile(r"(?:^|[-_.])(?:w|worker|node)[-_]?\d+$", re.I)
 def several_nodes(frame: pd.DataFrame) -> str:
     """Why the lines may be one node's of a job of several ("" where nothing says so): more
     than one host, a host named as one node of several (:data:`NODE_NAME`), a ``nodes``
-    event (``nnodes=2``), or a stated global rank of 8 or more. (A stated rank above the
+    event (``nnodes=2``), pdsh's host prefix (a ``traceback`` or DeepSpeed launcher event
+    with a host: ``importer/logs/launcher.py``), or a stated global rank of 8 or more. (A stated rank above the
     devices an excerpt shows is no proof: it shows only some of them.)"""
     hosts = sorted({str(h) for h in frame["host"] if str(h)})
     if len(hosts) > 1:
@@ -178,6 +179,10 @@ def several_nodes(frame: pd.DataFrame) -> str:
     nodes = frame[frame["kind"] == "nodes"]
     if not nodes.empty:
         return f"the lines say {nodes.iloc[0]['text'][:60]!r}"
+    pdsh = frame[frame["kind"].isin(("traceback", "child_failed")) & (frame["host"] != "")]
+    if len(pdsh) and any(k == "traceback" or d.get("source") == "deepspeed_launcher"
+           for k, d in zip(pdsh["kind"], pdsh["detail"], strict=True)):  # fmt: skip
+        return "the lines carry pdsh's host prefix (a launcher of several hosts)"
     ranked = frame.loc[frame["rank"] >= 0, "rank"]
     if len(ranked) and ranked.max() >= 8:
         return f"rank {int(ranked.max())} is stated (more than one node's GPUs)"

@@ -310,6 +310,8 @@ def test_an_nccl_device_on_a_worker_host_is_no_global_rank() -> None:
 
     (n,) = [e for e in read_lines(["torchrun --nnodes=1:4 train.py"]) if e.kind == "nodes"]
     assert n.code == 4 and several_nodes(pd.concat([one, pd.DataFrame([n.row()])]))
+    pdsh = pd.DataFrame({"host": ["10.0.0.6"], "kind": ["traceback"], "rank": [-1], "detail": [{}]})
+    assert "pdsh" in several_nodes(pdsh)
 
 
 def test_a_crash_takes_in_the_hang_that_names_a_rank_for_its_silence() -> None:
