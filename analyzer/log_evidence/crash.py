@@ -173,6 +173,11 @@ def _child_failed(ev: Evidence, cf, hung: bool, coords) -> tuple[list, list[str]
     after = f"; {ranks_text(others)} failed after it" if others else ""
     sigs = {str(d.get("signal", "")) for d in cf["detail"]}
     at = _same_second(cf, e)
+    if _after_desync(ev, sig):
+        said = f"local rank {local}" if local >= 0 else who
+        return [], [f"torchrun's first observed failure ({said}{host} {_how(code, sig)}) is the "
+                    "desync's consequence: the mismatch is raised on the ranks and they exit; "
+                    "it is only the first child the agent noticed"]  # fmt: skip
     if sig == "SIGABRT" and sigs <= {"SIGABRT", "SIGTERM", ""}:
         summary = (f"hang: {who}{host} was the first to abort (SIGABRT){after}: NCCL's watchdog "
                    "takes a rank down this way after a collective timed out, so it was "
@@ -198,6 +203,15 @@ def _child_failed(ev: Evidence, cf, hung: bool, coords) -> tuple[list, list[str]
                      "other_failures": others,
                      "suspects": [rank] if rank >= 0 and kind == "crash" else []},
                     coords, host=str(e["host"]))], []  # fmt: skip
+
+
+def _after_desync(ev: Evidence, sig: str) -> bool:
+    """Whether torchrun's failure is a desync's consequence: a fingerprint mismatch or a
+    desync report is in the lines and the rank exited with a code (no signal from
+    outside). ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` raises the mismatch on the ranks, which
+    then exit 1; the agent names the first it noticed (speechbrain#2401: 'failed
+    (exitcode: 1) local_rank: 0' after rank 1's all_reduce vs rank 0's broadcast #485)."""
+    return not sig and not ev.of("mismatch", "desync_report").empty
 
 
 def _same_second(cf, root) -> str:

@@ -419,3 +419,24 @@ def test_pdsh_prefixed_launcher_kills_and_tracebacks_are_read() -> None:
     assert sorted(e.host for e in ev if e.kind == "traceback") == ["10.0.0.6", "10.0.0.7"]
     (f,), _ = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
     assert (f.kind, f.culprit_rank, f.evidence["hosts"]) == ("crash", -1, ["10.0.0.6", "10.0.0.7"])
+
+
+def test_torchrun_failure_after_a_desync_is_its_consequence() -> None:
+    """speechbrain#2401: rank 1's all_reduce vs rank 0's broadcast #485, then torchrun's
+    ``[ts] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: 1)
+    local_rank: 0``: one desync, no crash of rank 0 (it said "crash: rank 0" at 0.45), and
+    the logger's name is no host."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+
+    ev = read_file(_case("bk3-speechbrain2401-mismatch-bcast-vs-allreduce-seq485-torchrun-local0"))
+    (cf,) = [e for e in ev if e.kind == "child_failed"]
+    assert cf.host == "" and cf.local_rank == 0
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    findings, notes = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
+    assert [(f.kind, f.culprit_rank, f.evidence["suspects"]) for f in findings] == [
+        ("desync", -1, [0, 1])
+    ]
+    assert any("the desync's consequence" in n for n in notes)
+    assert split_prefix("gr064: [rank3]: x")[3] == "gr064"

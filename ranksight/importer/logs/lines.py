@@ -29,11 +29,15 @@ _RANK = re.compile(r"\[?rank(?P<rank>\d+)\]:\s?", re.I)
 _RANK_INSIDE = re.compile(r"\[rank(?P<rank>\d+)\]:")
 _LOCAL = re.compile(r"\[default(?P<local>\d+)\]:\s?")
 _MPI = re.compile(r"\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:\s?")
+_LEVELS = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)"
+"""Python logging's level names: ``name: [ERROR]`` is a logger's name (torch >= 2.1's
+``[ts] torch.distributed.elastic.multiprocessing.api: [ERROR] failed ...``,
+speechbrain#2401), never a pdsh host."""
 _LEAD = re.compile(
     r"^(?:\s+"
     r"|\[\d+\]\s+(?=\[)"  # a viewer's line number: [80746] [rank0]:...
     r"|\d{1,5}:\s+(?=\S)"  # srun --label
-    r"|(?P<host>[A-Za-z][\w.-]*[\w]):\s+(?=\[|\d{4}-|[A-Z]\d{4})"  # pdsh: host: [rank3]:
+    r"|(?P<host>[A-Za-z][\w.-]*[\w]):\s+(?=\[(?!" + _LEVELS + r"\])|\d{4}-|[A-Z]\d{4})"  # pdsh
     r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?(?:\s*[|:-]?\s*)"  # 2024-05-01 12:00:00,1
     r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?\]\s*"  # [2024-05-01 12:00:00]
     r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d\s+"  # 2025-02-18 12:54
