@@ -168,7 +168,8 @@ NODE_NAME = re.compile(r"(?:^|[-_.])(?:w|worker|node)[-_]?\d+$", re.I)
 def several_nodes(frame: pd.DataFrame) -> str:
     """Why the lines may be one node's of a job of several ("" where nothing says so): more
     than one host, a host named as one node of several (:data:`NODE_NAME`), a ``nodes``
-    event (``nnodes=2``), pdsh's host prefix (a ``traceback`` or DeepSpeed launcher event
+    event (``nnodes=2``), an NCCL network warning naming a peer address other than the
+    host (:func:`_reached`), pdsh's host prefix (a ``traceback`` or DeepSpeed launcher event
     with a host: ``importer/logs/launcher.py``), or a stated global rank of 8 or more. (A stated rank above the
     devices an excerpt shows is no proof: it shows only some of them.)"""
     hosts = sorted({str(h) for h in frame["host"] if str(h)})
@@ -179,6 +180,8 @@ def several_nodes(frame: pd.DataFrame) -> str:
     nodes = frame[frame["kind"] == "nodes"]
     if not nodes.empty:
         return f"the lines say {nodes.iloc[0]['text'][:60]!r}"
+    if far := _reached(frame, hosts):
+        return f"NCCL on {hosts[0]} connects to a peer at {far} (another node)"
     pdsh = frame[frame["kind"].isin(("traceback", "child_failed")) & (frame["host"] != "")]
     if len(pdsh) and any(k == "traceback" or d.get("source") == "deepspeed_launcher"
            for k, d in zip(pdsh["kind"], pdsh["detail"], strict=True)):  # fmt: skip
@@ -186,6 +189,23 @@ def several_nodes(frame: pd.DataFrame) -> str:
     ranked = frame.loc[frame["rank"] >= 0, "rank"]
     if len(ranked) and ranked.max() >= 8:
         return f"rank {int(ranked.max())} is stated (more than one node's GPUs)"
+    return ""
+
+
+NET_CATEGORIES = ("connect_failed", "ib_completion", "ib_async", "ib_verbs", "net")
+"""``nccl_warn`` categories of NCCL's network code (sockets, IB): a peer address in one is
+the other end of a connection between nodes."""
+
+
+def _reached(frame: pd.DataFrame, hosts: list[str]) -> str:
+    """The peer address an NCCL network warning names, where it is not the one host seen
+    (sglang#5594: ``h100-15:139:1092 [7] ... socketStartConnect: Connect to
+    10.0.0.82<38455> failed``): a job whose processes connect to another machine; ""."""
+    w = frame[frame["kind"] == "nccl_warn"]
+    for d in w["detail"] if len(w) else []:
+        far = str(d.get("remote") or "")
+        if d.get("category") in NET_CATEGORIES and far and far not in hosts:
+            return far
     return ""
 
 

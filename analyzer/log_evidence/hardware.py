@@ -15,7 +15,7 @@ GPU_CONFIDENCE = {"xid": 0.8, "ecc": 0.8, "nvml": 0.8, "aer": 0.7, "cuda": 0.4}
 """How sure a GPU error makes the hardware finding (hardware XIDs; an application XID,
 a corrected AER error or a CUDA error an application can cause count lower)."""
 NET_CONFIDENCE = {"ib_async": 0.6, "ib_completion": 0.5, "ib_verbs": 0.45, "net": 0.45,
-                  "net_mismatch": 0.4, "remote_closed": 0.35, "cuda_oom": 0.45, "cuda": 0.4,
+                  "net_mismatch": 0.4, "remote_closed": 0.35, "connect_failed": 0.35, "cuda_oom": 0.45, "cuda": 0.4,
                   "other": 0.3}  # fmt: skip
 NCCL_ERRORS = {
     "remote": (
@@ -93,6 +93,17 @@ def local_gpus(rows) -> list[str]:
     return out
 
 
+def _unreachable(rows, hosts: list[str], remote: list[str]) -> str:
+    """A network finding's text for NCCL's failed connects (``socketStartConnect: Connect
+    to 10.0.0.82<38455> failed``, sglang#5594): the process that says so could not reach
+    the peer, so the peer or the link to it (or the interface NCCL chose,
+    ``NCCL_SOCKET_IFNAME``) is the suspect, not the process that reports it."""
+    seen = ", ".join(local_gpus(rows)[:4]) or ", ".join(hosts[:4]) or "a process"
+    return (f"network: NCCL on {seen} could not connect to {', '.join(remote[:4]) or 'a peer'}"
+            f" ({str(rows.iloc[0]['text'])[:120]}): the remote end or the link to it (or the "
+            "interface NCCL chose) is at fault, not the process that reports it")  # fmt: skip
+
+
 def _network(ev: Evidence, coords) -> list:
     w = ev.of("nccl_warn", "peer_gone")
     out: list[Finding] = []
@@ -101,7 +112,7 @@ def _network(ev: Evidence, coords) -> list:
     cats = w.assign(cat=[d.get("category", "other") if k == "nccl_warn" else "remote_closed"
                          for k, d in zip(w["kind"], w["detail"], strict=True)])  # fmt: skip
     for cat in ("ib_async", "ib_completion", "ib_verbs", "net", "net_mismatch", "remote_closed",
-                "cuda_oom", "cuda", "other"):  # fmt: skip
+                "connect_failed", "cuda_oom", "cuda", "other"):  # fmt: skip
         rows = cats[cats["cat"] == cat]
         if rows.empty:
             continue
@@ -118,6 +129,9 @@ def _network(ev: Evidence, coords) -> list:
                        "most likely went away first; its own log says why")  # fmt: skip
             host = remote[0] if len(remote) == 1 else ""
             rank = -1
+        elif cat == "connect_failed":
+            summary = _unreachable(rows, hosts, remote)
+            host, rank = (remote[0] if len(remote) == 1 else ""), -1
         else:
             what = {"cuda": "GPU error", "cuda_oom": "crash", "other": "crash"}.get(cat, "network")
             summary = (f"{what}: NCCL on {', '.join(local_gpus(rows)[:4]) or ', '.join(hosts[:4]) or 'a host'} warns: "

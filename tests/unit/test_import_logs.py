@@ -440,3 +440,23 @@ def test_torchrun_failure_after_a_desync_is_its_consequence() -> None:
     ]
     assert any("the desync's consequence" in n for n in notes)
     assert split_prefix("gr064: [rank3]: x")[3] == "gr064"
+
+
+def test_a_failed_connect_names_the_peer_not_the_reporter() -> None:
+    """sglang#5594: ``h100-15:139:1092 [7] ... socketStartConnect: Connect to
+    10.0.0.82<38455> failed``: a network finding on the peer 10.0.0.82, no rank (it said
+    "suspects 7" and "world size at least 8": devices 0, 5, 7 of h100-15 taken as ranks)."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+
+    ev = read_file(_case("bk3-sglang5594-socketstartconnect-peer-10.0.0.82-h100-15-gpus-0-5-7"))
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    (f, *_), notes = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
+    assert (f.kind, f.culprit_rank, f.evidence["suspects"], f.host) == (
+        "network",
+        -1,
+        [],
+        "10.0.0.82",
+    )
+    assert "host h100-15, GPU 7" in f.summary and not any("at least 8" in n for n in notes)

@@ -35,7 +35,10 @@ Every NCCL line starts ``host:pid:tid [cudaDev] NCCL INFO|WARN`` (a process is t
   of memory'``, ``Failed to CUDA calloc 6291456 bytes``: the GPU had no room for NCCL's
   buffers), ``cuda`` (another CUDA failure), ``remote_closed``
   (``Connection closed by remote peer``, ``Connection reset``, ``Broken pipe``: the
-  other end went away; its address in ``detail.remote``), ``ib_verbs``, ``other``.
+  other end went away; its address in ``detail.remote``), ``connect_failed``
+  (``socketStartConnect: Connect to 10.0.0.82<38455> failed : Software caused connection
+  abort``, sglang#5594: this process could not reach the peer at that address),
+  ``ib_verbs``, ``other``.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ _WARN_KINDS = (
     ("cuda", ("Cuda failure", "CUDA failure", "cudaError")),
     ("remote_closed", ("closed by remote peer", "Connection reset", "Broken pipe",
                        "Connection refused", "remote process exited")),
+    ("connect_failed", ("socketStartConnect", "socketConnect", "Connect to ")),
     ("ib_verbs", ("ibv_", "NET/IB")),
     ("net", ("NET/OFI", "NET/Socket", "NET/")),
 )  # fmt: skip
