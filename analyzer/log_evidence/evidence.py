@@ -209,11 +209,18 @@ def _reached(frame: pd.DataFrame, hosts: list[str]) -> str:
     return ""
 
 
+def _multi_gpu(frame: pd.DataFrame) -> bool:
+    """Whether a process's lines show several CUDA devices (``detail.devices`` of NCCL's
+    ``present`` event: nccl#1283's pid 2657296 prints ``[0]`` and ``[1]``): one process
+    driving several GPUs, so a device index is no rank."""
+    return any(len(d.get("devices") or []) > 1 for d in frame["detail"]) if len(frame) else False
+
+
 def _locals(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """Lines that give only a local rank (``[default3]:``, NCCL's ``[cudaDev]``, torchrun's
     old ``local_rank: 3``): the global rank where the log shows one node and nothing says
     the job spans several (:func:`several_nodes`), the processes' local ranks are distinct
-    (one GPU each) and no process whose global rank a line states has another local rank
+    (one GPU each, no process driving several: :func:`_multi_gpu`) and no process whose global rank a line states has another local rank
     (UniWorld#46: rank 6 on cudaDev 2). Otherwise a local rank stays "host H, GPU N"."""
     todo = (frame["rank"] < 0) & (frame["local_rank"] >= 0)
     if not todo.any():
@@ -222,7 +229,7 @@ def _locals(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     if (both["rank"] != both["local_rank"]).any():  # rank 6 on cudaDev 2: not the first node
         return frame, ""
     procs = frame[todo & (frame["pid"] >= 0)].drop_duplicates(["host", "pid"])
-    if several_nodes(frame) or procs["local_rank"].duplicated().any():
+    if several_nodes(frame) or procs["local_rank"].duplicated().any() or _multi_gpu(frame):
         return frame, ""
     frame.loc[todo, "rank"] = frame.loc[todo, "local_rank"]
     frame.loc[todo, "mapped"] = True

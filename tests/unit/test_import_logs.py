@@ -460,3 +460,20 @@ def test_a_failed_connect_names_the_peer_not_the_reporter() -> None:
         "10.0.0.82",
     )
     assert "host h100-15, GPU 7" in f.summary and not any("at least 8" in n for n in notes)
+
+
+def test_a_process_driving_several_devices_has_no_rank() -> None:
+    """nccl#1283: pid 2657296 prints NCCL lines on devices [0] and [1], then device 0's
+    ``Cuda failure 1 'invalid argument'``: host n176-080-198, GPU 0, no rank (it said
+    "suspects 0")."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+
+    ev = read_file(_case("bk3-nccl1283-ray-one-pid-devices-0-1-cuda-invalid-argument-cut"))
+    (p,) = [e for e in ev if e.kind == "present"]
+    assert p.detail["devices"] == [0, 1]
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    (f,), _ = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
+    assert (f.kind, f.culprit_rank, f.evidence["suspects"]) == ("crash", -1, [])
+    assert "host n176-080-198, GPU 0" in f.summary

@@ -38,7 +38,10 @@ Every NCCL line starts ``host:pid:tid [cudaDev] NCCL INFO|WARN`` (a process is t
   other end went away; its address in ``detail.remote``), ``connect_failed``
   (``socketStartConnect: Connect to 10.0.0.82<38455> failed : Software caused connection
   abort``, sglang#5594: this process could not reach the peer at that address),
-  ``ib_verbs``, ``other``.
+  ``ib_verbs``, ``other``;
+- the devices of a process whose lines show more than one ``[N]`` (one process driving
+  several GPUs: nccl#1283's pid 2657296 on devices 0 and 1), ``detail.devices`` of its
+  ``present`` event: its device is then no rank.
 """
 
 from __future__ import annotations
@@ -140,6 +143,7 @@ class Reader:
         self.proc_rank: dict[tuple, int] = {}
         self.notes: dict[tuple, list[str]] = {}
         self.dev: dict[tuple, int] = {}  # proc -> its CUDA device (NCCL's [cudaDev])
+        self.devs: dict[tuple, set[int]] = {}  # proc -> every device its lines show
         self.failed: dict[tuple, dict] = {}  # proc -> its last "file:line -> code"
         self.past_setup: set[tuple] = set()  # procs with a line that is no set-up line
         self.out: list[Event] = []
@@ -154,6 +158,7 @@ class Reader:
         msg = line.text[h.end() :]
         proc = (line.host or h.group("host"), int(h.group("pid")))
         self.dev.setdefault(proc, int(h.group("dev")))
+        self.devs.setdefault(proc, set()).add(int(h.group("dev")))
         if line.rank >= 0:
             self.proc_rank.setdefault(proc, line.rank)
         if h.group("level") != "INFO" or not SETUP.search(msg):
@@ -254,6 +259,8 @@ class Reader:
                     detail["failed"] = self.failed[proc]
                 if proc not in self.past_setup:
                     detail["setup_only"] = True
+                if len(devs := self.devs.get(proc, set())) > 1:
+                    detail["devices"] = sorted(devs)
                 out.append(Event("present", rank=rank, local_rank=self.dev.get(proc, -1),
                                  host=proc[0], pid=proc[1], detail=detail))  # fmt: skip
             if self.notes.get(proc):
