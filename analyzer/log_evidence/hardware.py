@@ -15,7 +15,7 @@ GPU_CONFIDENCE = {"xid": 0.8, "ecc": 0.8, "nvml": 0.8, "aer": 0.7, "cuda": 0.4}
 """How sure a GPU error makes the hardware finding (hardware XIDs; an application XID,
 a corrected AER error or a CUDA error an application can cause count lower)."""
 NET_CONFIDENCE = {"ib_async": 0.6, "ib_completion": 0.5, "ib_verbs": 0.45, "net": 0.45,
-                  "net_mismatch": 0.4, "remote_closed": 0.35, "connect_failed": 0.35, "cuda_oom": 0.45, "cuda": 0.4,
+                  "net_mismatch": 0.4, "remote_closed": 0.35, "connect_failed": 0.35, "proxy_call": 0.35, "cuda_oom": 0.45, "cuda": 0.4,
                   "other": 0.3}  # fmt: skip
 NCCL_ERRORS = {
     "remote": (
@@ -93,6 +93,17 @@ def local_gpus(rows) -> list[str]:
     return out
 
 
+def _proxy(rows, peers: list[int]) -> str:
+    """A network finding's text for NCCL's ``Proxy Call to rank 7 failed (Connect)``
+    (vllm#798): the caller could not reach that rank's proxy thread (node-local: a socket
+    or IPC on its host), so that rank, its host or the link to it is the suspect; the
+    caller, whose rank the line does not say, only reports it."""
+    who = ranks_text(peers) if peers else "a rank"
+    return (f"network: NCCL's call to {who}'s proxy failed ({str(rows.iloc[0]['text'])[:80]}): "
+            f"{who}, its host or the link to it is the suspect, not proven; the rank that "
+            "reports it is not said")  # fmt: skip
+
+
 def _unreachable(rows, hosts: list[str], remote: list[str]) -> str:
     """A network finding's text for NCCL's failed connects (``socketStartConnect: Connect
     to 10.0.0.82<38455> failed``, sglang#5594): the process that says so could not reach
@@ -112,7 +123,7 @@ def _network(ev: Evidence, coords) -> list:
     cats = w.assign(cat=[d.get("category", "other") if k == "nccl_warn" else "remote_closed"
                          for k, d in zip(w["kind"], w["detail"], strict=True)])  # fmt: skip
     for cat in ("ib_async", "ib_completion", "ib_verbs", "net", "net_mismatch", "remote_closed",
-                "connect_failed", "cuda_oom", "cuda", "other"):  # fmt: skip
+                "connect_failed", "proxy_call", "cuda_oom", "cuda", "other"):  # fmt: skip
         rows = cats[cats["cat"] == cat]
         if rows.empty:
             continue
@@ -129,6 +140,10 @@ def _network(ev: Evidence, coords) -> list:
                        "most likely went away first; its own log says why")  # fmt: skip
             host = remote[0] if len(remote) == 1 else ""
             rank = -1
+        elif cat == "proxy_call":
+            peers = sorted({int(p) for p in rows["peer"] if int(p) >= 0})
+            summary, host, rank = _proxy(rows, peers), "", -1
+            ranks = peers
         elif cat == "connect_failed":
             summary = _unreachable(rows, hosts, remote)
             host, rank = (remote[0] if len(remote) == 1 else ""), -1

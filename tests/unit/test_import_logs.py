@@ -477,3 +477,35 @@ def test_a_process_driving_several_devices_has_no_rank() -> None:
     (f,), _ = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
     assert (f.kind, f.culprit_rank, f.evidence["suspects"]) == ("crash", -1, [])
     assert "host n176-080-198, GPU 0" in f.summary
+
+
+def test_a_cut_watchdog_exception_and_an_fr_wait_are_timeouts() -> None:
+    """LlamaFactory#8261 (line numbers ``[1830] ``): rank 3's ``timed out after waiting for
+    60000ms flight recorder dumps to finish`` and rank 4's ``watchdog thread terminated
+    with exception: [Rank 4] Watchdog`` (cut) are timeouts of PG 1, op unknown: a hang,
+    no culprit (the file was skipped as saying nothing)."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+
+    ev = read_file(_case("bk3-llamafactory8261-lineno-prefix-pg1-rank3-fr-wait-rank4-watchdog-cut"))
+    t = sorted((e.rank, e.pg, e.detail.get("fr_wait", False)) for e in ev if e.kind == "timeout")
+    assert t == [(3, "1", True), (4, "1", False)]
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    (f, *_), _ = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
+    assert (f.kind, f.culprit_rank) == ("hang", -1) and not {3, 4} & set(f.evidence["suspects"])
+
+
+def test_a_failed_proxy_call_suspects_that_rank() -> None:
+    """vllm#798 (behind Ray's prefix): ``ncclInternalError: Internal check failed.`` and
+    ``Last error: Proxy Call to rank 7 failed (Connect)``: a network finding suspecting
+    rank 7, no culprit (the file was skipped as saying nothing)."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+
+    ev = read_file(_case("bk3-vllm798-ray-llmengine-internal-error-proxy-call-rank7-connect"))
+    assert {e.kind for e in ev} >= {"nccl_error", "nccl_warn"}
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    (f, *_), _ = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
+    assert (f.kind, f.culprit_rank, f.evidence["suspects"]) == ("network", -1, [7])

@@ -38,7 +38,8 @@ Every NCCL line starts ``host:pid:tid [cudaDev] NCCL INFO|WARN`` (a process is t
   other end went away; its address in ``detail.remote``), ``connect_failed``
   (``socketStartConnect: Connect to 10.0.0.82<38455> failed : Software caused connection
   abort``, sglang#5594: this process could not reach the peer at that address),
-  ``ib_verbs``, ``other``;
+  ``proxy_call`` (a headless ``Proxy Call to rank 7 failed (Connect)``, vllm#798: the
+  other rank's proxy could not be reached; that rank is ``peer``), ``ib_verbs``, ``other``;
 - the devices of a process whose lines show more than one ``[N]`` (one process driving
   several GPUs: nccl#1283's pid 2657296 on devices 0 and 1), ``detail.devices`` of its
   ``present`` event: its device is then no rank.
@@ -86,7 +87,10 @@ _WARN_KINDS = (
     ("net", ("NET/OFI", "NET/Socket", "NET/")),
 )  # fmt: skip
 MARKERS = ("NCCL INFO", "NCCL WARN", "NCCL TRACE", "NCCL ERROR", "NCCL error", "NET/", "nccl",
-           "Last error")  # fmt: skip
+           "Last error", "Proxy Call to rank")  # fmt: skip
+_PROXY = re.compile(r"Proxy Call to rank (?P<r>\d+) failed \((?P<what>\w+)\)")
+"""NCCL's ``Last error:`` of a call to another rank's proxy thread that failed (vllm#798:
+``Proxy Call to rank 7 failed (Connect)``)."""
 _NCCL_ERROR = re.compile(r"NCCL error(?: in: \S+)?[,:]?\s*(?P<reason>unhandled system error|"
                          r"unhandled cuda error|internal error|invalid usage|invalid argument|"
                          r"remote process exited or there was a network error|"
@@ -94,6 +98,9 @@ _NCCL_ERROR = re.compile(r"NCCL error(?: in: \S+)?[,:]?\s*(?P<reason>unhandled s
 _ANYWHERE = re.compile(r"(?P<msg>NET/IB : Got (?:completion from peer|async event)[^\n]*|"
                        r"NET/OFI [^\n]*completed with error[^\n]*|"
                        r"NET/\w+ : [^\n]*(?:failed|error)[^\n]*)")  # fmt: skip
+_ERROR_WORDS = ("ncclRemoteError", "ncclSystemError", "ncclInternalError")
+"""ncclResult_t names that make a line an ``nccl_error`` without the words ``NCCL error``
+(vllm#798: ``ncclInternalError: Internal check failed.``)."""
 BENIGN = ("Failed to open libibverbs", "No plugin found", "Could not find", "NET/Plugin",
           "Using network Socket", "ibv_fork_init", "Unable to find", "falling back")  # fmt: skip
 """WARN lines of a library NCCL falls back from: no failure."""
@@ -214,7 +221,12 @@ class Reader:
         """NCCL's words in a line of someone else's (an exception's message, a traceback's
         ``Last error:``, one flattened post): an ``nccl_error`` or an ``nccl_warn``."""
         t = line.text
-        if (m := _NCCL_ERROR.search(t)) or "ncclRemoteError" in t or "ncclSystemError" in t:
+        if p := _PROXY.search(t):
+            self.out.append(Event("nccl_warn", rank=line.rank, local_rank=line.local_rank,
+                                  host=line.host, line=line.number, peer=int(p.group("r")),
+                                  text=p.group(0),
+                                  detail={"category": "proxy_call", "call": p.group("what")}))  # fmt: skip
+        if (m := _NCCL_ERROR.search(t)) or any(w in t for w in _ERROR_WORDS):
             reason = m.group("reason").strip() if m else ""
             self.out.append(Event("nccl_error", rank=line.rank, local_rank=line.local_rank,
                                   host=line.host, line=line.number, op=error_class(t),

@@ -24,7 +24,9 @@ inside it too, even inside the word ``collective``, with no op: FunASR#2006's
 seconds`` a ``watchdog_stuck`` event (the watchdog thread itself blocked in a CUDA or
 NCCL call: ``code`` the seconds). ``[Rank N]`` is the rank inside the group;
 the global rank is the line's ``[rankN]:`` prefix, or ``N`` itself in the default group.
-The same timeout told again (``terminated with exception: ...``, the blocking-wait line,
+A watchdog that waited for the Flight Recorder's dump (``timed out after waiting for
+60000ms flight recorder dumps to finish``) is a ``timeout`` of its op unknown, ``detail``
+``fr_wait``. The same timeout told again (``terminated with exception: ...``, the blocking-wait line,
 ``what():``) is the same event, counted (:func:`events.dedupe`).
 """
 
@@ -38,7 +40,18 @@ from .events import Event
 from .lines import LogLine
 
 MARKERS = ("WorkNCCL(", "last enqueued", "timed out in blocking wait", "NCCL work:",
-           "Watchdog caught", "watchdog got stuck", "Heartbeat monitor timed out")  # fmt: skip
+           "Watchdog caught", "watchdog got stuck", "Heartbeat monitor timed out",
+           "terminated with exception", "flight recorder dumps")  # fmt: skip
+_CUT_EXC = re.compile(r"watchdog thread terminated with exception: \[Rank \d+\] Watchdog\s*$")
+"""The watchdog's exception line cut right after ``[Rank N] Watchdog`` (LlamaFactory#8261:
+``... [PG ID 1 PG GUID 1 Rank 4] Process group watchdog thread terminated with exception:
+[Rank 4] Watchdog``): in ProcessGroupNCCL only the timeout's message begins so
+(``[Rank N] Watchdog caught collective operation timeout``)."""
+_FR_WAIT = re.compile(r"timed out after waiting for \d+ ?ms flight recorder dumps to finish")
+"""ProcessGroupNCCL's watchdog after it found a work failed or timed out, waiting for the
+Flight Recorder's dump before it takes the process down (LlamaFactory#8261's rank 3:
+``[PG ID 1 PG GUID 1 Rank 3] timed out after waiting for 60000ms flight recorder dumps to
+finish``): a rank that was waiting, its work and op not said."""
 _STUCK = re.compile(r"watchdog got stuck for (?P<s>\d+) seconds|Heartbeat monitor timed out")
 _PG_NEW = re.compile(
     r"\[PG ID (?P<id>\d+) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<name>[^)]*)\))? Rank (?P<r>\d+)\]"
@@ -120,8 +133,10 @@ def parse(line: LogLine) -> list[Event]:
         elif _caught(text):  # cut inside WorkNCCL(...): a timeout, its op unknown
             out.append(Event("timeout", **base, seq=int(f["seq"]) if f["seq"] else -1,
                              detail={"cut": True}))  # fmt: skip
-    elif _caught(text):  # the line is cut before its WorkNCCL(...)
+    elif _caught(text) or _CUT_EXC.search(text):  # the line is cut before its WorkNCCL(...)
         out.append(Event("timeout", **base, detail={"cut": True}))
+    elif _FR_WAIT.search(text):  # its watchdog found a work failed or timed out
+        out.append(Event("timeout", **base, detail={"cut": True, "fr_wait": True}))
     if m := _STUCK.search(text):
         out.append(Event("watchdog_stuck", **base, code=int(m.group("s") or -1)))
     if s := _STATUS.search(text):
