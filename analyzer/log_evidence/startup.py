@@ -13,7 +13,8 @@ from .evidence import Evidence, finding, ranks_text
 
 
 def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
-    """A hang finding (cause ``rendezvous``) for start-up failures."""
+    """A hang finding (cause ``rendezvous``) for start-up failures; a crash of the
+    launcher for a rendezvous that was closed (:func:`_closed`)."""
     init = ev.of("init_failure")
     out = []
     waits = ev.where(init, lambda d: d.get("category") == "store_wait")
@@ -47,10 +48,27 @@ def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
                            "communicator: it never reached that communicator's creation (stuck "
                            "before it, or dead)", {"suspects": roots, "waiting": waiting}, coords))  # fmt: skip
     rdzv = ev.where(init, lambda d: d.get("category") == "rendezvous")
-    if not rdzv.empty:
+    closed = ev.where(rdzv, lambda d: d.get("error") == "RendezvousClosedError")
+    if not closed.empty:
+        out.append(_closed(coords))
+    elif not rdzv.empty:
         err = str(rdzv.iloc[0]["detail"].get("error", "RendezvousError"))
         out.append(finding("hang", "rendezvous", -1, 0.35,
                            f"hang at start-up: torchelastic's rendezvous failed ({err}): not every "
                            "node joined in time (a node that did not start, a wrong --rdzv-endpoint, "
                            "a firewall)", {"suspects": []}, coords))  # fmt: skip
     return out, []
+
+
+def _closed(coords):
+    """torchelastic's ``RendezvousClosedError``: the rendezvous of this run id was closed
+    (a node left or its pod was deleted, the job is being torn down), and a closed one
+    stays closed, so agents restarted into it fail again; not a join that timed out
+    (``RendezvousTimeoutError``). No worker started: no rank (kubeflow trainer#1638, etcd
+    backend: both pods' agents raise it after one pod was deleted)."""
+    return finding("crash", "rendezvous", -1, 0.35,
+                   "crash at start-up: torchelastic's rendezvous was closed "
+                   "(RendezvousClosedError): a node left or was deleted, or the job is being "
+                   "torn down, and agents that join a closed rendezvous (a restarted pod, the "
+                   "same run id) fail again; no worker started, so no rank is at fault",
+                   {"suspects": []}, coords)  # fmt: skip

@@ -509,3 +509,23 @@ def test_a_failed_proxy_call_suspects_that_rank() -> None:
     coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
     (f, *_), _ = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
     assert (f.kind, f.culprit_rank, f.evidence["suspects"]) == ("network", -1, [7])
+
+
+def test_a_closed_rendezvous_is_no_join_timeout() -> None:
+    """kubeflow trainer#1638: ``RendezvousClosedError`` in torchelastic's error JSON after a
+    pod was deleted: a launcher's failure at start-up, no rank, not "not every node joined
+    in time" (it said "hang at start-up")."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+
+    ev = read_file(_case("bk3-kftrainer1638-etcd-rendezvous-closed-error-handler-json-pod-deleted"))
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    (f,), _ = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
+    assert (f.kind, f.cause, f.culprit_rank, f.evidence["suspects"]) == (
+        "crash",
+        "rendezvous",
+        -1,
+        [],
+    )
+    assert "closed" in f.summary and "in time" not in f.summary
