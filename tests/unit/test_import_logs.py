@@ -529,3 +529,24 @@ def test_a_closed_rendezvous_is_no_join_timeout() -> None:
         [],
     )
     assert "closed" in f.summary and "in time" not in f.summary
+
+
+def test_a_time_and_host_prefix_and_torchruns_command_line_are_read() -> None:
+    """chitu#80: ``2025-03-27 17:31:09.952  sm228-a100-40g-23 [rank1]:`` is rank 1 on host
+    sm228-a100-40g-23, and both nodes' ``torchrun --nnodes=2 --nproc_per_node=1`` fix the
+    world at 2: a hang in recv #3313, silent rank 0 the suspect at low confidence."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+    from ranksight.importer.logs.presence import launched_world
+
+    ev = read_file(
+        _case("bk3-chitu80-recv-seq3313-rank1-ts-host-prefix-torchrun-2nodes-rank0-silent")
+    )
+    assert {e.host for e in ev if e.kind == "status"} == {"sm228-a100-40g-23"}
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    (f, *_), _ = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
+    assert (f.kind, f.evidence["suspects"], f.evidence["world_exact"]) == ("hang", [0], True)
+    assert f.confidence < 0.5
+    assert launched_world("torchrun --nnodes=1:4 --nproc_per_node=8 x.py") == 0
+    assert launched_world("torchrun --nproc_per_node=auto --nnodes=2 x.py") == 0

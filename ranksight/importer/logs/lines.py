@@ -12,6 +12,8 @@ prefix                         read as
 ``[default3]:``                local rank 3 (torchrun < 2.2, role "default")
 ``[1,3]<stderr>:``             global rank 3 (OpenMPI ``--tag-output``)
 ``host-1: ``                   host ``host-1`` (pdsh, DeepSpeed's launcher)
+``<time>  host [rank1]:``      host ``host`` (a log collector's time and node:
+                               chitu#80's ``2025-03-27 17:31:09.952  sm228-a100-40g-23``)
 ``[80746] ``, ``12: ``         a viewer's line number, an srun task label
 =============================  =============================================
 
@@ -38,6 +40,8 @@ _LEAD = re.compile(
     r"|\[\d+\]\s+(?=\[)"  # a viewer's line number: [80746] [rank0]:...
     r"|\d{1,5}:\s+(?=\S)"  # srun --label
     r"|(?P<host>[A-Za-z][\w.-]*[\w]):\s+(?=\[(?!" + _LEVELS + r"\])|\d{4}-|[A-Z]\d{4})"  # pdsh
+    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\s+(?P<host_ts>[A-Za-z][\w.-]*\w)\s+"
+    r"(?=\[rank\d+\]:|[\w.-]+:\d+:\d+ \[\d+\])"  # 2025-03-27 17:31:09.952  host [rank1]:
     r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?(?:\s*[|:-]?\s*)"  # 2024-05-01 12:00:00,1
     r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?\]\s*"  # [2024-05-01 12:00:00]
     r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d\s+"  # 2025-02-18 12:54
@@ -76,7 +80,7 @@ def split_prefix(raw: str) -> tuple[str, int, int, str]:
     for _ in range(6):
         m = _LEAD.match(text)
         if m and m.end() > 0:
-            host = host or (m.group("host") or "")
+            host = host or (m.group("host") or m.group("host_ts") or "")
             text = text[m.end() :]
             continue
         m = _RANK.match(text) or _MPI.match(text) or _LOCAL.match(text)

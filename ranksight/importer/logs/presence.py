@@ -6,7 +6,11 @@
   8`` (``code`` the size, ``detail.source`` the words);
 - ``nodes``: ``--nnodes=2``, ``nnodes 2``, ``NNODES=2``, ``--nnodes=1:4`` (torchrun's
   elastic range: the largest), where more than one: the job spans several nodes, so a
-  local rank is not the global rank (``analyzer/log_evidence/evidence.py``).
+  local rank is not the global rank (``analyzer/log_evidence/evidence.py``);
+- ``world`` from a torchrun command line that fixes both ``--nnodes=2`` (no elastic
+  ``1:4`` range) and ``--nproc_per_node=1`` (a number, not ``auto``/``gpu``): their
+  product, ``detail.source`` ``torchrun --nnodes x --nproc_per_node`` (chitu#80: both
+  nodes' commands say ``--nnodes=2 --nproc_per_node=1``, world 2).
 """
 
 from __future__ import annotations
@@ -23,9 +27,25 @@ _WORLD = re.compile(
 _NODES = re.compile(
     r"\b(?:nnodes|NNODES|num_nodes|NUM_NODES)\b[\"']?\s*[=:]?\s*(?:\d+:)?(?P<n>\d+)"
 )
+_LAUNCH = re.compile(r"\b(?:torchrun|torch\.distributed\.(?:run|launch))\b")
+_FIXED_NODES = re.compile(r"--nnodes[= ](?P<n>\d+)(?![\d:])")
+_PER_NODE = re.compile(r"--nproc[_-]per[_-]node[= ](?P<n>\d+)(?!\w)")
 MARKERS = ("",)
 """Every line: any line with a rank prefix counts as that rank's presence."""
 MAX_WORLD = 1_000_000
+
+
+def launched_world(text: str) -> int:
+    """The world size a torchrun command line fixes (``--nnodes=2 --nproc_per_node=1``:
+    2), or 0 where it fixes none (no launcher word, an elastic ``--nnodes=1:4``, no
+    number of processes per node)."""
+    if not _LAUNCH.search(text):
+        return 0
+    nodes, per = _FIXED_NODES.search(text), _PER_NODE.search(text)
+    if not nodes or not per:
+        return 0
+    n = int(nodes.group("n")) * int(per.group("n"))
+    return n if 0 < n <= MAX_WORLD else 0
 
 
 class Reader:
@@ -49,6 +69,10 @@ class Reader:
             if 0 < n <= MAX_WORLD:
                 self.out.append(Event("world", rank=line.rank, code=n, line=line.number,
                                       text=line.text, detail={"source": m.group("key")}))  # fmt: skip
+        if n := launched_world(line.text):
+            self.out.append(Event("world", rank=line.rank, code=n, line=line.number,
+                                  text=line.text[:200],
+                                  detail={"source": "torchrun --nnodes x --nproc_per_node"}))  # fmt: skip
         if (m := _NODES.search(line.text)) and 1 < int(m.group("n")) <= MAX_WORLD:
             self.out.append(Event("nodes", rank=line.rank, code=int(m.group("n")),
                                   line=line.number, text=m.group(0)))  # fmt: skip
