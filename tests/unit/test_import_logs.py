@@ -550,3 +550,20 @@ def test_a_time_and_host_prefix_and_torchruns_command_line_are_read() -> None:
     assert f.confidence < 0.5
     assert launched_world("torchrun --nnodes=1:4 --nproc_per_node=8 x.py") == 0
     assert launched_world("torchrun --nproc_per_node=auto --nnodes=2 x.py") == 0
+
+
+def test_pdsh_host_before_a_cpp_abort_is_read() -> None:
+    """DeepSpeed#2119: ``gr064:   what():  CUDA error: an illegal memory access was
+    encountered`` is host gr064's (it said "a GPU", no host); an exception's ``Name: `` is
+    still no host."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+
+    ev = read_file(_case("bk3-ds2119-pdsh-gr064-cuda-error-terminate-illegal-memory-at-exit"))
+    (g,) = [e for e in ev if e.kind == "gpu_error"]
+    assert g.host == "gr064" and g.text.startswith("what():")
+    coords = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+    (f,), _ = log_findings(pd.DataFrame([e.row() for e in ev]), coords)
+    assert (f.kind, f.culprit_rank, f.host) == ("crash", -1, "gr064")
+    assert split_prefix("RuntimeError: CUDA error: x")[3] == ""

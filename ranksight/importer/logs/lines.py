@@ -35,11 +35,19 @@ _LEVELS = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)"
 """Python logging's level names: ``name: [ERROR]`` is a logger's name (torch >= 2.1's
 ``[ts] torch.distributed.elastic.multiprocessing.api: [ERROR] failed ...``,
 speechbrain#2401), never a pdsh host."""
+_PDSH_NEXT = r"what\(\):|terminate called after|frame #\d+:"
+"""A C++ abort's lines, which begin so behind pdsh's ``host: `` and never after an
+exception's ``Name: `` (DeepSpeed#2119: ``gr064:   what():  CUDA error: an illegal memory
+access was encountered``, ``gr064: frame #13: ...``)."""
 _LEAD = re.compile(
     r"^(?:\s+"
     r"|\[\d+\]\s+(?=\[)"  # a viewer's line number: [80746] [rank0]:...
     r"|\d{1,5}:\s+(?=\S)"  # srun --label
-    r"|(?P<host>[A-Za-z][\w.-]*[\w]):\s+(?=\[(?!" + _LEVELS + r"\])|\d{4}-|[A-Z]\d{4})"  # pdsh
+    r"|(?P<host>[A-Za-z][\w.-]*[\w]):\s+(?=\[(?!"
+    + _LEVELS
+    + r"\])|\d{4}-|[A-Z]\d{4}|"
+    + _PDSH_NEXT
+    + r")"  # pdsh
     r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\s+(?P<host_ts>[A-Za-z][\w.-]*\w)\s+"
     r"(?=\[rank\d+\]:|[\w.-]+:\d+:\d+ \[\d+\])"  # 2025-03-27 17:31:09.952  host [rank1]:
     r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?(?:\s*[|:-]?\s*)"  # 2024-05-01 12:00:00,1
