@@ -338,13 +338,69 @@ def _with_link_counters(f: Finding, data: RunData, coords: pd.DataFrame) -> Find
     return replace(f, evidence={**f.evidence, "link_counters": counters})
 
 
+CPU_MOVED = frozenset({"gloo"})
+"""Backends whose bytes are moved by the ranks' own CPU threads: a rank whose CPU is
+contended transfers slowly too, so its groups look like slow links."""
+
+
+def explained_by_cpu(f: Finding, found: list[Finding], ranks: pd.DataFrame) -> Finding | None:
+    """The straggler of cause ``cpu_contention`` that explains the slow-communication
+    finding ``f``, or None: every slow group of ``f`` holds such a straggler, on a backend
+    of :data:`CPU_MOVED` (``ranks``: the ``ranks`` table), slow from no later than the
+    group. Seen in the fault matrix: three busy processes on rank 4's cores (gloo, 2
+    cores) made its tp group's transfers 17.6 ms against 7.5 ms, reported as a slow link
+    beside the straggler that caused it."""
+    cpu = {
+        int(g.culprit_rank): g
+        for g in found
+        if g.kind == Kind.STRAGGLER and g.cause == Cause.CPU_CONTENTION and g.culprit_rank >= 0
+    }
+    groups = f.evidence.get("slow_groups") or []
+    if not cpu or not groups:
+        return None
+    backend = dict(zip(ranks["rank"], ranks["backend"].astype(str), strict=True)) if (
+        "backend" in ranks.columns
+    ) else {}  # fmt: skip
+    why = None
+    for g in groups:
+        onset = int(g.get("onset_step", 0) or 0)
+        hit = [
+            cpu[r]
+            for r in g.get("members", [])
+            if r in cpu
+            and backend.get(r) in CPU_MOVED
+            and int(cpu[r].evidence.get("onset_step", 0) or 0) <= onset
+        ]
+        if not hit:
+            return None
+        why = why or hit[0]
+    return why
+
+
 def detect(run: RunContext, found: list[Finding]) -> tuple[list[Finding], list[str]]:
-    """:func:`slow_comm_findings` over the analyzed steps, with the link counters."""
+    """:func:`slow_comm_findings` over the analyzed steps, with the link counters; a slow
+    link that a CPU-contended straggler in it explains (:func:`explained_by_cpu`) is a
+    note, not a finding."""
     d = run.data
     comm = slow_comm_findings(
         d.transfer, d.groups, run.axes, run.coords, run.median_step_ms, run.steps_in
     )
-    return [_with_link_counters(f, d, run.coords) for f in comm], []
+    out, notes = [], []
+    for f in comm:
+        why = explained_by_cpu(f, found, d.ranks)
+        if why is None:
+            out.append(_with_link_counters(f, d, run.coords))
+            continue
+        g = f.evidence["slow_groups"][0]
+        notes.append(
+            f"the {g.get('axis', '')} group of ranks {', '.join(map(str, g.get('members', [])))} "
+            f"transferred slowly ({g.get('transfer_ms', 0):.1f} ms per collective against "
+            f"{g.get('peers_transfer_ms', 0):.1f} ms) from step {g.get('onset_step')}: rank "
+            f"{why.culprit_rank}, in it, is slowed by CPU contention from step "
+            f"{why.evidence.get('onset_step')}, and gloo moves its bytes on that CPU: not a "
+            "slow link"
+        )
+    return out, notes
 
 
 DETECTOR = Detector(Kind.SLOW_COMMUNICATION, Stage.FAULT, detect)
