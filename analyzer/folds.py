@@ -88,19 +88,33 @@ def _fold_into_desync(
     return [event, *findings]
 
 
+def _took_part(desync: dict, rank: int) -> bool:
+    """Whether ``rank`` issued the collective at ``desync``'s sequence itself (it has a
+    signature there). Then the mismatch met it alive, inside that collective: its death
+    (gloo aborts on a size mismatch) follows the desync, whatever its recorded end says.
+    That end is the last moment it was seen, no later than its last record: in the fault
+    matrix's desync-resize run rank 5's end was its own enqueue of #282, 22 ms before
+    rank 4 issued the resized #282 that aborted it."""
+    return any(int(r) == rank for r in (desync.get("signatures") or {}))
+
+
 def with_crash(findings: list[Finding], crash: Finding) -> tuple[list[Finding], list[str]]:
     """Add the crash finding first, unless a desync explains it: a rank that died inside
     a collective its group's members issued differently (gloo aborts on a size mismatch)
     is a consequence, kept as the desync finding's evidence. A desync the dead rank did
-    not take part in as an odd rank, at a sequence some other member issued after the
-    death (:func:`analyzer.detectors.desync.issued_after`), is the survivors' error handling: it
+    not take part in (not an odd rank, and no collective of its own at that sequence), at
+    a sequence some other member issued after the death
+    (:func:`analyzer.detectors.desync.issued_after`), is the survivors' error handling: it
     becomes a note and the crash leads. Returns (findings, notes)."""
     rank, died = int(crash.culprit_rank), int(crash.evidence.get("ended_ns", 0))
     notes, kept = [], []
     for f in findings:
         late = (
             issued_after(f.evidence, rank, died)
-            if f.kind == Kind.DESYNC and died > 0 and rank not in f.evidence.get("odd_ranks", [])
+            if f.kind == Kind.DESYNC
+            and died > 0
+            and rank not in f.evidence.get("odd_ranks", [])
+            and not _took_part(f.evidence, rank)
             else []
         )
         if not late:

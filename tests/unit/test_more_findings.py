@@ -259,3 +259,28 @@ def test_a_finding_carries_mesh_axes_beyond_dp_tp_pp_through_the_store_row() -> 
                        confidence=0.9, impact_pct=100.0, summary="n")  # fmt: skip
     assert plain.axes == {} and Finding.from_row(plain.to_row("r", 0, 1, 1)) == plain
     assert "mesh_axes" not in plain.to_row("r", 0, 1, 1)["evidence_json"]
+
+
+def test_a_rank_that_died_inside_the_mismatched_collective_died_of_the_desync() -> None:
+    """Shaped like the fault matrix's desync-resize run (gloo, tp group 4,5): rank 5's
+    recorded end is the last moment it was seen, its own enqueue of #282; rank 4 issued
+    the resized #282 (65,537 elements against 65,536) 22 ms after that, and the mismatch
+    aborted rank 5. It took part in #282: the desync leads, the crash is its consequence."""
+    from ranksight.analyzer.findings import Finding
+    from ranksight.analyzer.folds import with_crash as _with_crash
+
+    mism = pd.DataFrame(
+        [
+            {"group_id": "g2", "group_seq": 282, "members": "4,5", "ranks_list": [4, 5],
+             "ops_list": ["all_reduce", "all_reduce"], "sizes_list": [65537, 65536],
+             "dtypes_list": ["float32"] * 2, "issued_list": [22_000_000, 0],
+             "n_ops": 1, "n_sizes": 2, "n_dtypes": 1}
+        ]
+    )  # fmt: skip
+    (desync,) = desync_findings(mism, coords(8))
+    crash = Finding("crash", "signal", 5, "h", 1, 1, 0, 0.95, 100.0, "rank 5 died",
+                    {"detail": "killed by SIGABRT", "ended_ns": 0})  # fmt: skip
+    crash = replace(crash, evidence={**crash.evidence, "ended_ns": 1})  # seen last at #282
+    (folded,), notes = _with_crash([desync], crash)
+    assert folded.kind == "desync" and folded.evidence["then_crashed"]["rank"] == 5
+    assert notes == []
