@@ -20,7 +20,7 @@ import pandas as pd
 
 from ranksight.ground import env
 from ranksight.store import open_store
-from tests.helpers.outside_faults import rank_process, slowed
+from tests.helpers.outside_faults import kill_tree, rank_process, slowed
 
 WORKERS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "workers")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
@@ -63,12 +63,14 @@ class Job:
         return self.output.split("ranksight launch: run ", 1)[1].split()[0]
 
     def wait(self, timeout_s: float = 420) -> int:
-        """Wait for launch to end; returns its exit code."""
+        """Wait for launch to end; returns its exit code. Past ``timeout_s`` launch and
+        every process under it (torchrun, the ranks) are killed and TimeoutExpired is
+        raised: nothing of this job outlives its test."""
         try:
             return self.proc.wait(timeout_s)
         finally:
             if self.proc.poll() is None:
-                self.proc.kill()
+                kill_tree(self.proc.pid)
                 self.proc.wait()
             self._log.close()
 
@@ -101,6 +103,17 @@ class Job:
                 break
             time.sleep(every_s)
         return None, findings
+
+    def await_steps(self, rows: int, timeout_s: float, every_s: float = 0.5) -> bool:
+        """Wait until ``rows`` step rows of the run are stored (True), the job ends or
+        ``timeout_s`` passes (False); reads the row count only, never the analysis, so
+        the wait costs the job no CPU."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if steps_stored(self) >= rows:
+                return True
+            time.sleep(every_s)
+        return False
 
 
 def described(findings: list) -> list[tuple[str, str, int]]:
@@ -176,6 +189,11 @@ FAULTS: dict[str, Fault] = {
 }  # fmt: skip
 """Every fault of the matrix, by name (``clean``: the same job with none)."""
 
+QUOTA_WAIT_S = 900.0
+"""How long a job whose rank 1 runs on 3% of a CPU may take to end once the straggler is
+named (about 45 of its steps left, 1.5-2 s each on a quiet 2-core machine, several times
+that on one loaded by other jobs)."""
+
 STALL_CONFIG = "[agent]\nstall_s = 5\n"
 """The agent's configuration for every run: stacks taken 5 s into a stall."""
 
@@ -249,7 +267,7 @@ def _inject(job: Job, fault: Fault, pid: int) -> tuple[float | None, list]:
     if fault.name == "quota":
         with slowed(pid):
             seconds, live = job.detect(found, 240, 2.0)
-            job.wait()
+            job.wait(QUOTA_WAIT_S)
         return seconds, live
     if fault.name == "sigstop":
         os.kill(pid, signal.SIGSTOP)
@@ -272,8 +290,8 @@ def run_case(folder: str, framework: Framework, fault: Fault) -> Outcome:
     out = Outcome(framework, fault)
     try:
         if fault.kind:
-            victim = rank_process(framework.marker, 1)
-            job.detect(lambda _: steps_stored(job) >= 4 * fault.after_steps, 240, 1.0)
+            victim = rank_process(framework.marker, 1, within=job.proc.pid)
+            job.await_steps(4 * fault.after_steps, 240)
             out.landed = job.proc.poll() is None and victim.is_running()
             if out.landed:
                 try:

@@ -20,13 +20,16 @@ CPU_CGROUP_ROOTS = ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct")
 """cgroup v1 mounts of the cpu controller (the v2 unified tree is tried after them)."""
 
 
-def rank_process(marker: str, local_rank: int, timeout_s: float = 120.0) -> psutil.Process:
+def rank_process(
+    marker: str, local_rank: int, timeout_s: float = 120.0, within: int | None = None
+) -> psutil.Process:
     """The running process whose command line contains ``marker`` and whose environment
-    has ``LOCAL_RANK=local_rank``, waiting up to ``timeout_s``. Raises TimeoutError naming
-    both when none shows up."""
+    has ``LOCAL_RANK=local_rank``, waiting up to ``timeout_s``; with ``within`` (a pid)
+    only that process's descendants count, so a rank left behind by an earlier job of
+    the same script is never taken. Raises TimeoutError naming both when none shows up."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for p in psutil.process_iter(["cmdline"]):
+        for p in _candidates(within):
             try:
                 if marker in " ".join(p.info["cmdline"] or ()) and p.environ().get(
                     "LOCAL_RANK"
@@ -36,6 +39,38 @@ def rank_process(marker: str, local_rank: int, timeout_s: float = 120.0) -> psut
                 continue
         time.sleep(0.2)
     raise TimeoutError(f"no process with {marker!r} and LOCAL_RANK={local_rank} in {timeout_s} s")
+
+
+def _candidates(within: int | None) -> list[psutil.Process]:
+    """Every process (``within`` None), or the descendants of pid ``within`` (none once
+    it is gone); each with its ``cmdline`` in ``info``."""
+    if within is None:
+        return list(psutil.process_iter(["cmdline"]))
+    try:
+        found = psutil.Process(within).children(recursive=True)
+    except psutil.Error:
+        return []
+    for p in found:
+        try:
+            p.info = {"cmdline": p.cmdline()}
+        except psutil.Error:
+            p.info = {"cmdline": None}
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL process ``pid`` and every descendant of it (those it started and left
+    running: torchrun's ranks when a launcher is killed on a timeout). Quiet about
+    processes already gone."""
+    try:
+        root = psutil.Process(pid)
+        family = [*root.children(recursive=True), root]
+    except psutil.Error:
+        return
+    for p in family:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(family, timeout=10)
 
 
 def _cpu_cgroup_root() -> tuple[str, str] | None:
