@@ -28,8 +28,11 @@ class StragglerConfig:
 
     ratio_threshold: float = 1.25
     """Self time over the same-stage peer median that counts as slow: 1.25 = 25% slower."""
-    min_slow_fraction: float = 0.8
-    """Share of steps from the onset on that must be slow for a chronic straggler."""
+    min_slow_fraction: float = 0.7
+    """Share of steps from the onset on that must be slow for a chronic straggler. Not
+    every step: a rank starved of CPU on gloo spends some steps' slowness inside the
+    collectives it joins, and its own compute looks normal in about one step in four
+    (the FSDP2 quota case of ``tests/e2e/test_frameworks_faults.py``: 10 of 14)."""
     min_slow_steps: int = 4
     """At least this many slow steps in a row before anyone is named (three could be a
     burst of contention on a shared host)."""

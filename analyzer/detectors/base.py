@@ -135,8 +135,13 @@ class RunContext:
     @cached_property
     def slow(self) -> list[SlowRank]:
         """Every rank slower than its same-stage peers (``analyzer/straggler.py``), victims
-        included: what the straggler detector judges and the transient one leaves out."""
-        return find_slow_ranks(self.totals, self.coords["pp"], self.step_ns, self.cfg)
+        included: what the straggler detector judges and the transient one leaves out.
+        Only steps with a step record count: phases after the last one (a data wait
+        begun as the loop ended) are no step and would read as a fast one."""
+        totals = self.totals
+        if not totals.empty and not self.step_ns.empty:
+            totals = totals[totals["step"].isin(self.step_ns.index)]
+        return find_slow_ranks(totals, self.coords["pp"], self.step_ns, self.cfg)
 
 
 def of_kind(findings: list[Finding], kind: Kind) -> list[Finding]:

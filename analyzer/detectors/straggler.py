@@ -25,7 +25,7 @@ from ranksight.ground.vocab import Kind, cause_of
 from ..causes import refine_cause
 from ..findings import Finding, finding_at, rank_place
 from ..gpu_causes import refine_gpu_cause
-from ..impact import can_measure, job_steps
+from ..impact import before_after, can_measure, job_steps
 from ..straggler import SlowRank
 from ..waits import WaitSummary, summarize_waits
 from ..whatif.impact import joint_impacts, replay_impacts, straggler_impacts
@@ -51,12 +51,31 @@ MIN_RUN_SHARE = 0.05
 run's step time (5%): a few slow steps on a shared host are noted, not named."""
 
 
-def _worth_reporting(culprits: list, run_ns: float, notes: list[str]) -> list:
-    """The culprits whose summed excess is at least MIN_RUN_SHARE of ``run_ns``; the
-    others are kept as notes."""
+def run_share(s: SlowRank, run_ns: float, wall: pd.Series) -> float:
+    """The share of the analyzed run (``run_ns``) that slow rank ``s`` cost: its summed
+    excess self time, or, where more, the job's measured rise in step time from its onset
+    (``impact.before_after`` on ``wall``, analyzed step -> job step in ns) when the rise
+    is larger than the steps' own spread before it. The second counts a slowness that
+    lands in the collectives the rank takes part in rather than in its own compute: a
+    rank starved of CPU on gloo, which reduces and copies on the calling thread, shows
+    a few times its peers' compute while the job step grows several-fold."""
+    if run_ns <= 0:
+        return 1.0
+    share = float(s.excess_ns.sum()) / run_ns
+    m = before_after(wall, s.onset_step) if not wall.empty else None
+    if m is not None and m.impact_pct > m.error_pts:
+        share = max(share, (m.after_ms - m.before_ms) * _MS * m.steps_after / run_ns)
+    return share
+
+
+def _worth_reporting(
+    culprits: list, run_ns: float, notes: list[str], wall: pd.Series | None = None
+) -> list:
+    """The culprits that cost at least MIN_RUN_SHARE of ``run_ns`` (:func:`run_share`);
+    the others are kept as notes."""
     kept = []
     for s in culprits:
-        share = float(s.excess_ns.sum()) / run_ns if run_ns > 0 else 1.0
+        share = run_share(s, run_ns, wall if wall is not None else pd.Series(dtype=float))
         if share >= MIN_RUN_SHARE:
             kept.append(s)
         else:
@@ -199,7 +218,8 @@ def detect(run: RunContext, found: list[Finding]) -> tuple[list[Finding], list[s
     for s in slow:
         if s not in culprits:
             notes.append(f"rank {s.rank} looked slow but mostly waited for another slow rank")
-    culprits = _worth_reporting(culprits, float(run.analyzed.sum()), notes)
+    wall_in = job_steps(data.steps, run.steps_in)
+    culprits = _worth_reporting(culprits, float(run.analyzed.sum()), notes, wall_in)
     peers = {s.rank: stage_peers(coords, s.rank) for s in culprits}
     wanted = sorted({r for s in culprits for r in (s.rank, *peers[s.rank])})
     detail = data.phases_of(wanted) if wanted else data.phases.iloc[0:0]
@@ -207,7 +227,6 @@ def detect(run: RunContext, found: list[Finding]) -> tuple[list[Finding], list[s
         straggler_finding(s, data, coords, run.step_ns, waits, detail, peers[s.rank])
         for s in culprits
     ]
-    wall_in = job_steps(data.steps, run.steps_in)
     measured = [f for f in findings if can_measure(f, wall_in)]  # before/after beats a replay
     rest = [f for f in findings if f not in measured]
     if run.imported:
