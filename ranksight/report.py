@@ -49,7 +49,9 @@ def _who(f: Finding) -> str:
 
 
 def to_json(analysis: Analysis, run: dict | None = None) -> str:
-    """The analysis as one JSON document (findings with their evidence)."""
+    """The analysis as one JSON document (findings with their evidence). ``fault_found``:
+    any finding (what exit code 3 says); ``culprit_found``: a finding names one rank
+    (``culprit_rank`` >= 0), not only suspects, a group, a host or no single rank."""
     doc = {
         "run_id": analysis.run_id,
         "attempt": analysis.attempt,
@@ -57,7 +59,8 @@ def to_json(analysis: Analysis, run: dict | None = None) -> str:
         "steps_analyzed": analysis.steps_analyzed,
         "median_step_ms": round(analysis.median_wall_step_ms or analysis.median_step_ms, 1),
         "median_rank_step_ms": round(analysis.median_step_ms, 1),
-        "culprit_found": bool(analysis.findings),
+        "fault_found": bool(analysis.findings),
+        "culprit_found": any(f.culprit_rank >= 0 for f in analysis.findings),
         "findings": [asdict(f) for f in analysis.findings],
         "notes": analysis.notes,
         "clock": analysis.clock,

@@ -88,6 +88,11 @@ FOLD_CONFIDENCE = 0.45
 """A cause this sure takes in the hang it explains (the hang names no rank of its own)."""
 
 
+SILENCE_EXPLAINED = (Kind.CRASH, Kind.DESYNC)
+"""Causes that explain a hang naming a rank only for its silence: a rank's own crash
+(FunASR#2006), and a desync whose unseen side that silent rank is (pytorch#20630)."""
+
+
 def _fold(findings: list, notes: list[str]) -> list:
     """The hang a desync, a hardware error or a crash explains goes into its evidence (as
     ``analyzer/diagnose.py`` folds a live hang into its desync): a hang that names no rank,
@@ -97,7 +102,7 @@ def _fold(findings: list, notes: list[str]) -> list:
     if cause is None:
         return findings
     hangs = [f for f in findings if f.kind == Kind.HANG
-             and (f.culprit_rank < 0 or cause.kind == Kind.CRASH and _by_silence(f))]  # fmt: skip
+             and (f.culprit_rank < 0 or cause.kind in SILENCE_EXPLAINED and _by_silence(f))]  # fmt: skip
     if not hangs:
         return findings
     out = []

@@ -182,6 +182,12 @@ def _child_failed(ev: Evidence, cf, hung: bool, coords) -> tuple[list, list[str]
         summary = (f"hang: {who}{host} was the first to abort (SIGABRT){after}: NCCL's watchdog "
                    "takes a rank down this way after a collective timed out, so it was "
                    "waiting, not at fault; the rank or link it waited for is not in these lines")  # fmt: skip
+        if not (hung or len(cf) > 1 and sigs == {"SIGABRT"} or not ev.of("watchdog_stuck").empty):
+            summary = (f"hang: {who}{host} was the first to abort (SIGABRT){after}: most often "
+                       "NCCL's watchdog taking a rank down after a collective timed out (then it "
+                       "was waiting, not at fault), but an abort inside the process (a C++ "
+                       "exception, a CUDA error) exits the same way, and no timeout or error "
+                       "line is in these lines: its own log says which")  # fmt: skip
         kind, cause, culprit, conf = "hang", "watchdog_abort", -1, 0.3
     elif at:
         summary = (f"crash: {ranks_text(others + [rank])}{host} all exited with code {code} in "

@@ -120,6 +120,10 @@ def _timeouts(ev: Evidence, coords) -> list:
         ops = {r: f"{s[0]}" + (f"({s[1]})" if s[1] >= 0 else "") for r, s in sig.items()}
         group = f"group {pg}" if pg else "one group"
         what = ", ".join(f"rank {r} {o}" for r, o in sorted(ops.items())[:8])
+        unseen = _unseen(ev, pg, sig)
+        if not tie and len(sig) >= 3 and kinds[common] <= len(odd) + len(unseen):
+            out.append(_unproven(seq, group, pg, ops, odd, common, sig, unseen, coords))
+            continue
         if tie or len(sig) < 3:
             out.append(finding("desync", "mismatch", -1, 0.45,
                                f"desync: at #{seq} of {group} the ranks time out in different "
@@ -134,6 +138,33 @@ def _timeouts(ev: Evidence, coords) -> list:
                                {"seq": int(seq), "group": pg, "ops": ops, "suspects": odd},
                                coords))  # fmt: skip
     return out
+
+
+def _unseen(ev: Evidence, pg: str, sig: dict) -> list[int]:
+    """Members of group ``pg`` whose op at the sequence number the lines do not show:
+    the world's other ranks where ``pg`` is the default group (or no group is named) and
+    the world size is known (a lower bound counts as it is); none for a subgroup, whose
+    members the lines do not list."""
+    if pg and pg not in DEFAULT_PG or not ev.world or ev.world > 100_000:
+        return []
+    return sorted(set(range(ev.world)) - set(sig))
+
+
+def _unproven(seq, group, pg, ops, odd, common, sig, unseen, coords):
+    """A desync whose majority the unseen members could still turn (pytorch#20630: ranks
+    1,2 in all_reduce and rank 3 in broadcast at #4084 of world 4, rank 0's op not in
+    the lines: with rank 0 in broadcast it is two against two). The odd ranks are the
+    first suspects, the unseen ones the others; no rank is proven (0.5)."""
+    first = odd[0] if len(odd) == 1 else -1
+    majority = ranks_text(set(sig) - set(odd))
+    return finding("desync", "mismatch", first, 0.5,
+                   f"desync: {ranks_text(odd)} issued {', '.join(sorted({ops[r] for r in odd}))}"
+                   f" at #{seq} of {group} while {majority} issued {common[0]}; "
+                   f"{ranks_text(unseen)}'s op is not in the lines, so which side left the "
+                   f"common order is not proven: {ranks_text(odd)} first, then "
+                   f"{ranks_text(unseen)}",
+                   {"seq": int(seq), "group": pg, "ops": ops, "unseen": unseen,
+                    "suspects": [*odd, *unseen]}, coords)  # fmt: skip
 
 
 def detect(ev: Evidence, coords) -> tuple[list, list[str]]:

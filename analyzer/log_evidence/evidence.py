@@ -278,11 +278,14 @@ def evidence_of(events: pd.DataFrame) -> Evidence:
 
 def _named_inside(frame: pd.DataFrame) -> set[int]:
     """Ranks another rank's message names (a fingerprint mismatch's other rank, the ranks
-    of a desync report): they exist, so the world is larger than they are, though they
-    left no line of their own (OpenDDE#23: rank 1's error names rank 2)."""
+    of a desync report, the communicator ranks of an NCCL channel over the network):
+    they exist, so the world is larger than they are, though they left no line of their
+    own (OpenDDE#23: rank 1's error names rank 2; sglang#3836: ``15[7] -> 7[7] via NET``)."""
     mm = frame.loc[frame["kind"] == "mismatch", "peer"]
     dr = frame.loc[frame["kind"] == "desync_report", ["rank", "peer"]].to_numpy().ravel()
-    return {int(r) for r in [*mm, *dr] if 0 <= int(r) < 100_000}
+    comm = [r for d in frame.loc[frame["kind"] == "nodes", "detail"]
+            for r in d.get("comm_ranks", ())]  # fmt: skip
+    return {int(r) for r in [*mm, *dr, *comm] if 0 <= int(r) < 100_000}
 
 
 def _group_size(frame: pd.DataFrame) -> tuple[int, bool] | None:

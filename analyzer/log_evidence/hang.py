@@ -85,28 +85,102 @@ def _group_name(key: str, rows: pd.DataFrame) -> str:
     return f"group {key}" + (f" ({names.pop()})" if len(names) == 1 else "")
 
 
-def _stuck_watchdog(ev: Evidence, coords) -> list:
-    """Ranks whose NCCL watchdog thread itself got stuck (the heartbeat monitor's word)."""
+AFTER_TIMEOUTS = 0.25
+"""Confidence of a stuck watchdog beside collective timeouts that locate the hang: the
+watchdog most often sticks in the abort that follows a timeout (verl#1158: ranks 2,4's
+watchdog stuck 480 s, reported 11 min after the all_to_all they waited in timed out), so
+it ranks after the timeouts' finding, a consequence more than a cause."""
+
+
+def _stuck_watchdog(ev: Evidence, coords, beside_timeouts: bool = False) -> list:
+    """Ranks whose NCCL watchdog thread itself got stuck (the heartbeat monitor's word).
+    One rank: that rank (0.45). Several: no single rank; where they are every rank that
+    left a line, the whole group is blocked and no rank stands out (sglang#1691: ranks
+    0-2,6,7 of 8, each with 121 works queued). ``beside_timeouts``: collective timeouts
+    place the hang, and this finding follows theirs (:data:`AFTER_TIMEOUTS`)."""
     st = ev.of("watchdog_stuck")
     if st.empty:
         return []
     ranks = sorted({int(r) for r in st["rank"] if int(r) >= 0})
     secs = max(int(c) for c in st["code"])
-    who = ranks_text(ranks) if ranks else "a rank"
-    held = f" for {secs} s" if secs > 0 else ""
-    return [finding("hang", "watchdog_stuck", ranks[0] if len(ranks) == 1 else -1,
-                    0.45 if len(ranks) == 1 else 0.3,
-                    f"hang: {who}'s NCCL watchdog thread got stuck{held}: a CUDA or NCCL call "
-                    "on that rank does not return (the GPU or its driver, or another thread "
-                    "holding the GIL inside a CUDA call)",
-                    {"suspects": ranks, "stuck_s": secs, "alternatives": [
-                        "a hang elsewhere can block CUDA event queries too"]}, coords)]  # fmt: skip
+    held = (
+        f" (up to {secs} s)"
+        if secs > 0 and len(ranks) > 1
+        else f" for {secs} s"
+        if secs > 0
+        else ""
+    )
+    everyone = len(ranks) > 1 and set(ranks) >= ev.present
+    if everyone:
+        summary = (
+            f"hang: every rank that left a line ({ranks_text(ranks)}) reports its NCCL "
+            f"watchdog thread stuck{held}: the whole group is blocked, as when its "
+            "collectives never complete on the devices; no rank stands out"
+        )
+    else:
+        who = ranks_text(ranks) if ranks else "a rank"
+        summary = (
+            f"hang: {who}'s NCCL watchdog thread got stuck{held}: a CUDA or NCCL call "
+            "on that rank does not return (the GPU or its driver, or another thread "
+            "holding the GIL inside a CUDA call)"
+        )
+    conf = 0.45 if len(ranks) == 1 else 0.3
+    fewer, queued = _fewer_queued(st)
+    if everyone and fewer:
+        summary = summary.replace("; no rank stands out", "")
+        summary += (f"; but {ranks_text(fewer)} tracked fewer works than the others "
+                    f"({_queued_text(queued)}): it enqueued fewer collectives, so it is behind, "
+                    "the first place to look")  # fmt: skip
+    evidence = {
+        "suspects": fewer if everyone else ranks,
+        "stuck_ranks": ranks,
+        "alternatives": ["a hang elsewhere can block CUDA event queries too"],
+    }
+    if secs > 0:
+        evidence["stuck_s"] = secs
+    if beside_timeouts:
+        conf = min(conf, AFTER_TIMEOUTS)
+        summary += "; collective timeouts came first, and a watchdog often sticks in the abort that follows them"
+    return [finding("hang", "watchdog_stuck", ranks[0] if len(ranks) == 1 else -1, conf,
+                    summary, evidence, coords)]  # fmt: skip
+
+
+def _fewer_queued(st: pd.DataFrame) -> tuple[list[int], dict[int, int]]:
+    """(ranks whose heartbeat monitor counted fewer works in flight than most ranks did,
+    rank -> that count). Works are enqueued in one order on every rank, so a rank with
+    fewer has not reached the collectives the others wait in (DEIM#105: rank 0 at 84,
+    ranks 1,2 at 103); none where the counts agree (sglang#1691: 121 on every rank) or
+    no majority holds one count, or the lines are of more than one group."""
+    queued: dict[int, int] = {}
+    if st["pg"].astype(str).nunique() > 1:  # each group has its own works in flight
+        return [], queued
+    for r, d in zip(st["rank"], st["detail"], strict=True):
+        if int(r) >= 0 and isinstance(d.get("queued"), int):
+            queued.setdefault(int(r), d["queued"])
+    counts = pd.Series(queued, dtype=int)
+    if len(counts) < 3 or counts.nunique() < 2:
+        return [], queued
+    common = counts.mode()
+    if len(common) > 1 or (counts == common[0]).sum() * 2 <= len(counts):
+        return [], queued
+    return sorted(int(r) for r in counts.index[counts < common[0]]), queued
+
+
+def _queued_text(queued: dict[int, int]) -> str:
+    """``rank 0: 84; ranks 1,2: 103`` (works in flight per rank)."""
+    by: dict[int, list[int]] = {}
+    for r, n in queued.items():
+        by.setdefault(n, []).append(r)
+    return "; ".join(f"{ranks_text(sorted(rs))}: {n}" for n, rs in sorted(by.items()))
 
 
 def detect(ev: Evidence, coords: pd.DataFrame) -> tuple[list, list[str]]:
-    """The hang finding(s) of the watchdog lines, and notes."""
+    """The hang finding(s) of the watchdog lines, and notes: the timeouts' first, a stuck
+    watchdog beside them after."""
     found, notes = _timeouts(ev, coords)
-    return _stuck_watchdog(ev, coords) + found, notes
+    located = any(f.evidence.get("seq", -1) >= 0 for f in found)
+    stuck = _stuck_watchdog(ev, coords, beside_timeouts=located)
+    return (found + stuck if located else stuck + found), notes
 
 
 def _timeouts(ev: Evidence, coords: pd.DataFrame) -> tuple[list, list[str]]:

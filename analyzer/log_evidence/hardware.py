@@ -73,7 +73,8 @@ def _gpu(ev: Evidence, coords) -> list:
                       "repeats" if cat == "aer" else ": an application can cause this error too"))  # fmt: skip
         cause = "gpu_error" if hard else "pcie" if cat == "aer" else "cuda_error"
         out.append(finding(kind, cause, rank, conf, summary,
-                           {"device": dev, "category": cat, "xid": int(e["code"]),
+                           {"device": dev, "category": cat,
+                            **({"xid": int(e["code"])} if cat == "xid" and int(e["code"]) >= 0 else {}),
                             "lines": int(rows["count"].sum()), "suspects": ranks},
                            coords, host=str(host)))  # fmt: skip
     return out
@@ -115,6 +116,26 @@ def _unreachable(rows, hosts: list[str], remote: list[str]) -> str:
             "interface NCCL chose) is at fault, not the process that reports it")  # fmt: skip
 
 
+RETURN_CONFIDENCE = 0.3
+"""A network finding from NCCL's error ways out alone (no WARN of the process in the
+lines): weaker than a CUDA error the same lines report (nccl#629's illegal memory access
+on the same host leads; the network path failing first is the next finding)."""
+
+
+def _net_return(rows) -> str:
+    """A network finding's text for NCCL's error ways out through its network transport
+    or proxy thread (nccl#629: ``transport/net.cc:389 -> 2`` ... ``proxy.cc:452 -> 2 [Proxy
+    Thread]``): where the first of them is (the lines' order), and what fails there."""
+    first = rows.sort_values(["file", "line"]).iloc[0]
+    seen = ", ".join(local_gpus(rows)[:4])
+    return (
+        f"network: NCCL's network path failed first on host {first['host']} "
+        f"({str(first['text'])[:60]}: ncclSystemError or ncclRemoteError on its proxy "
+        f"thread), seen on {seen}: the NIC, the link or GPUDirect RDMA of that host, "
+        "or its peer; a CUDA error on that host may be its cause or its consequence"
+    )
+
+
 def _network(ev: Evidence, coords) -> list:
     w = ev.of("nccl_warn", "peer_gone")
     out: list[Finding] = []
@@ -147,6 +168,8 @@ def _network(ev: Evidence, coords) -> list:
         elif cat == "connect_failed":
             summary = _unreachable(rows, hosts, remote)
             host, rank = (remote[0] if len(remote) == 1 else ""), -1
+        elif all(d.get("return") for d in rows["detail"]):
+            summary, host, rank = _net_return(rows), str(e["host"]), -1
         else:
             what = {"cuda": "GPU error", "cuda_oom": "crash", "other": "crash"}.get(cat, "network")
             summary = (f"{what}: NCCL on {', '.join(local_gpus(rows)[:4]) or ', '.join(hosts[:4]) or 'a host'} warns: "
@@ -163,8 +186,9 @@ def _network(ev: Evidence, coords) -> list:
         kind = "crash" if cat in ("cuda_oom", "cuda", "remote_closed", "other") else "network"
         cause = {"cuda_oom": "out_of_memory", "cuda": "cuda_error", "remote_closed": "peer_gone",
                  "other": "nccl_error"}.get(cat, "network")  # fmt: skip
+        returns = all(d.get("return") for d in rows["detail"])
         out.append(finding(kind, cause, rank,
-                           NET_CONFIDENCE[cat], summary,
+                           RETURN_CONFIDENCE if returns else NET_CONFIDENCE[cat], summary,
                            {"category": cat, "hosts": hosts, "remote": remote,
                             "lines": int(rows["count"].sum()), "suspects": ranks,
                             "gpus": local_gpus(rows)},

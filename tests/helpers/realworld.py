@@ -2,8 +2,10 @@
 
 Each case folder holds the log lines exactly as posted in a public thread and
 ``case.json``: its source, the cause the thread states, and the right answer (kind,
-culprit ranks, suspects, ranks not to blame). A case is **right** when the report's
-first finding is of the right kind, every rank named at confidence >= 0.7 is a right
+culprit ranks, suspects, ranks not to blame; ``kind_also``: other kinds the lines cannot
+tell from it, e.g. a lone SIGABRT with no other line, a crash in the process or NCCL's
+watchdog after a hang). A case is **right** when the report's first finding is of the
+right kind, every rank named at confidence >= 0.7 is a right
 culprit, every right culprit and suspect is named (as a culprit or a suspect), and no
 rank of ``not_culprits`` is blamed with confidence. **Undecided** is a report that says
 the lines show no fault and nothing can be told from them (never "healthy").
@@ -80,7 +82,8 @@ def judge(answer: dict, findings: list, failed: bool = True) -> str:
     for f in findings:
         named |= {int(r) for r in (f.evidence.get("suspects") or [])}
     top = findings[0].kind
-    kind_ok = top == kind or top in KIND_ALIASES.get(kind, set())
+    kinds = {kind, *answer.get("kind_also", ())}  # the lines cannot tell these apart
+    kind_ok = any(top == k or top in KIND_ALIASES.get(k, set()) for k in kinds)
     if kind == "data_loader":
         kind_ok = kind_ok and any(f.cause == "data_loader" for f in findings)
     if not kind_ok:

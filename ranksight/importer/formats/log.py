@@ -71,7 +71,7 @@ class TextLog(Format):
         one = named[0] if len(named) == 1 else None
         if not logs.says_something(events):
             st.silent_logs.extend(events)
-            return "skipped: text with no watchdog, NCCL, torchrun, GPU or py-spy lines", one
+            return f"skipped: {_why_skipped(events)}", one
         st.log_events.extend(events)
         kinds: Counter[str] = Counter()
         of: dict[str, list[logs.Event]] = {}
@@ -97,9 +97,42 @@ class TextLog(Format):
         seen = sorted({e.rank for e in events if e.rank >= 0})
         said = [e.code for e in events if e.kind == "world" and e.code > 0]
         world = max(said + [seen[-1] + 1 if seen else 0])
+        hosts = _hosts(events)
         for r in seen:
-            st.rows.add("ranks", {"rank": r, "world_size": world, "dp": -1, "tp": -1, "pp": -1})
+            st.rows.add("ranks", {"rank": r, "world_size": world, "host": hosts.get(r, ""),
+                                  "dp": -1, "tp": -1, "pp": -1})  # fmt: skip
         st.fault_lines = sum(e.count for e in events if logs.is_fault(e))
         notes = {str(e.rank): e.detail["notes"] for e in events if e.kind == "nccl_info"}
         if notes:
             result.meta["nccl_notes"] = notes
+
+
+def _hosts(events) -> dict[int, str]:
+    """rank -> the one host its lines name (pytorch#20630: ``dlciwpwqw7kd1h3y-master-0:301:315
+    [3] NCCL INFO comm 0x12fd4c240 rank 3 nranks 4``); a rank whose lines name two hosts,
+    or none, has no entry."""
+    named: dict[int, set[str]] = {}
+    for e in events:
+        if e.rank >= 0 and e.host:
+            named.setdefault(e.rank, set()).add(e.host)
+    return {r: next(iter(h)) for r, h in named.items() if len(h) == 1}
+
+
+def _why_skipped(events) -> str:
+    """Why a text file holds nothing to diagnose: no line of the formats read at all, or
+    NCCL lines that only say a process was there (set-up, topology, error returns such as
+    Fuser#3055's ``dgx1v-loki-23:5892:6289 [2] NCCL INFO misc/socket.cc:47 -> 3``), which
+    count for presence and hosts but report no timeout, failure or call."""
+    nccl = [e for e in events if e.kind == "present" and e.detail.get("source") == "nccl"]
+    if not nccl:
+        return "text with no watchdog, NCCL, torchrun, GPU or py-spy lines"
+    hosts = sorted({e.host for e in nccl if e.host})
+    where = f" on {', '.join(hosts[:3])}" if hosts else ""
+    failed = [e.detail["failed"] for e in nccl if "failed" in e.detail]
+    last = (
+        f", the last an error return ({failed[0]['at']} -> {failed[0]['code']})" if failed else ""
+    )
+    return (
+        f"NCCL lines of {counted(len(nccl), 'process', 'processes')}{where} that report no "
+        f"timeout, warning, failure or collective call{last}: read for who was there"
+    )

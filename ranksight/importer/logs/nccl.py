@@ -62,6 +62,12 @@ _CALL = re.compile(
 _INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
                    r"(?: cudaDev (?P<dev>\d+))?(?:.*?busId (?P<bus>[0-9a-fA-F]+))?", re.I)  # fmt: skip
 _RETURN = re.compile(r"^(?P<at>[\w/.-]+\.(?:cc|cpp|h|c):\d+) -> (?P<code>[1-9]\d*)\b")
+_NET_RETURN = re.compile(r"^transport/net[\w]*\.cc:\d+ -> |\[Proxy Thread\]")
+"""An error way out through NCCL's network transport (``transport/net.cc``,
+``transport/net_ib.cc``) or its proxy thread: not the socket helpers (``misc/socket.cc``),
+which also fail at a clean tear-down (Fuser#3055)."""
+NET_CODES = (2, 6)
+"""``ncclSystemError`` and ``ncclRemoteError``: the codes of a network failure."""
 SETUP = re.compile(
     r"cudaDriverVersion|Bootstrap|NCCL version|Plugin|NET/\w+ : Using|Using network|Channel|"
     r"Trees|Ring|\bvia\b|coll channels|threadThresholds|Chunksize|Launch mode|Setting "
@@ -114,6 +120,25 @@ ERROR_KINDS = (
 """An NCCL error's class (nccl.h's ncclResult_t) from its words."""
 
 
+_NET_CHANNEL = re.compile(
+    r"Channel \d+/\d+ : (?P<a>\d+)\[(?P<da>\d+)\] -> (?P<b>\d+)\[(?P<db>\d+)\]"
+    r"(?: \[(?:send|receive)\])? via (?P<net>NET/[\w.-]+)"
+)
+"""A ring or tree channel to a peer over the network (``Channel 07/0 : 15[7] -> 7[7]
+[receive] via NET/IBext_v8/7/GDRDMA``, sglang#3836): the two communicator ranks sit on
+different nodes (P2P, SHM and NVLS stay inside one)."""
+
+
+def _across_nodes(proc: tuple, m: re.Match) -> Event:
+    """A ``nodes`` event for a process with a channel over the network: the job spans
+    more than one node (``code`` 2, a lower bound), and its communicator ranks
+    (``detail.comm_ranks``) exist, so the world is larger than the higher of them."""
+    a, b = int(m.group("a")), int(m.group("b"))
+    return Event("nodes", host=proc[0], pid=proc[1], code=2, text=m.group(0),
+                 detail={"source": "nccl_channel", "comm_ranks": sorted({a, b}),
+                         "transport": m.group("net")})  # fmt: skip
+
+
 def error_class(text: str) -> str:
     """The class of an ``NCCL error ...`` line (see :data:`ERROR_KINDS`), or ``other``."""
     for cls, words in ERROR_KINDS:
@@ -153,6 +178,8 @@ class Reader:
         self.devs: dict[tuple, set[int]] = {}  # proc -> every device its lines show
         self.failed: dict[tuple, dict] = {}  # proc -> its last "file:line -> code"
         self.past_setup: set[tuple] = set()  # procs with a line that is no set-up line
+        self.net_failed: set[tuple] = set()  # (proc, device) with a network error way out
+        self.net: dict[tuple, re.Match] = {}  # proc -> its first channel over the network
         self.out: list[Event] = []
 
     def feed(self, line: LogLine) -> None:
@@ -174,6 +201,8 @@ class Reader:
             self._warn(proc, h, msg, line)
         elif m := _RETURN.match(msg):
             self.failed[proc] = {"at": m.group("at"), "code": int(m.group("code"))}
+            if _NET_RETURN.search(msg) and int(m.group("code")) in NET_CODES:
+                self._net_return(proc, int(h.group("dev")), msg, line)
         elif m := _CALL.match(msg):
             self._call(proc, m)
             self.calls[(proc, m.group("comm"))]["dev"] = int(h.group("dev"))
@@ -186,6 +215,8 @@ class Reader:
             if "Abort COMPLETE" in msg:
                 self._abort(proc, m, line)
         elif any(n in msg for n in NOTES):
+            if (net := _NET_CHANNEL.search(msg)) and proc not in self.net:
+                self.net[proc] = net
             notes = self.notes.setdefault(proc, [])
             if len(notes) < MAX_NOTES:
                 notes.append(msg.strip())
@@ -207,6 +238,23 @@ class Reader:
             c["at"].pop(next(iter(c["at"])))
         if m.group("nranks"):
             c["nranks"] = int(m.group("nranks"))
+
+    def _net_return(self, proc: tuple, dev: int, msg: str, line: LogLine) -> None:
+        """One ``nccl_warn`` of category ``net`` per process and device whose error way
+        out runs through NCCL's network transport or its proxy thread (nccl#629: host
+        A03-R28-I49-2's ``transport/net.cc:389 -> 2``, ``proxy.cc:452 -> 2 [Proxy Thread]``
+        on device 0, before its peer saw the connection reset): a failure in the network
+        path of that process, whose own WARN is outside the lines. A process's device with a
+        WARN of its own keeps only that (:meth:`finish`): its error way out adds nothing to it
+        (nccl#795: 'Call to recv ... failed : Broken pipe', then ``transport/net.cc:517 ->
+        6``)."""
+        if (proc, dev) in self.net_failed:
+            return
+        self.net_failed.add((proc, dev))
+        self.out.append(Event("nccl_warn", rank=line.rank, local_rank=dev, host=proc[0],
+                              pid=proc[1], line=line.number, text=msg.strip(),
+                              detail={"category": "net", "device": f"cuda:{dev}",
+                                      "return": True}))  # fmt: skip
 
     def _abort(self, proc: tuple, m: re.Match, line: LogLine) -> None:
         """A ``comm_abort`` of the process (its rank in that communicator as ``group_rank``;
@@ -289,6 +337,12 @@ class Reader:
                                  op=c["last"], local_rank=int(c.get("dev", -1)),
                                  detail={"ops": c["ops"], "comm": comm,
                                          "at": {str(k): v for k, v in c.get("at", {}).items()}}))  # fmt: skip
+        warned = {(e.host, e.pid, e.local_rank) for e in self.out
+                  if e.kind == "nccl_warn" and not e.detail.get("return")}  # fmt: skip
+        self.out = [e for e in self.out
+                    if not (e.detail.get("return") and (e.host, e.pid, e.local_rank) in warned)]  # fmt: skip
+        for proc, m in sorted(self.net.items()):
+            out.append(_across_nodes(proc, m))
         for e in self.out:
             if e.rank < 0 and e.pid >= 0:
                 e.rank = self._rank_of((e.host, e.pid))[0]

@@ -53,9 +53,14 @@ Flight Recorder's dump before it takes the process down (LlamaFactory#8261's ran
 ``[PG ID 1 PG GUID 1 Rank 3] timed out after waiting for 60000ms flight recorder dumps to
 finish``): a rank that was waiting, its work and op not said."""
 _STUCK = re.compile(r"watchdog got stuck for (?P<s>\d+) seconds|Heartbeat monitor timed out")
+_QUEUED = re.compile(r"workMetaList_\.size\(\)\s*=\s*(\d+)")
+"""The heartbeat monitor's count of the works the watchdog still tracks: enqueued and not
+completed (``Heartbeat monitor timed out! ... workMetaList_.size()=103``)."""
 _PG_NEW = re.compile(
-    r"\[PG ID (?P<id>\d+) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<name>[^)]*)\))? Rank (?P<r>\d+)\]"
+    r"\[PG ID (?P<id>\d+) PG GUID ?(?P<guid>[^\s(\]]*)(?:\((?P<name>[^)]*)\))? Rank (?P<r>\d+)\]"
 )
+"""``[PG ID 2 PG GUID 9 Rank 4]``; the GUID may be empty (``[PG ID 0 PG GUID  Rank 3]``,
+Fuser#3055, torch 2.5 under mpirun): the group is then known by its ID."""
 _PG_OLD = re.compile(r"\[PG (?P<uid>[^\s(\]]+)(?: \((?P<name>[^)]*)\))? Rank (?P<r>\d+)\]")
 _RANK = re.compile(r"\[Rank (?P<r>\d+)\]")
 _FIELD = {  # a value cut at the line's end is unknown (SeqNum=1573 of 15734: FunASR#2006)
@@ -92,7 +97,7 @@ DEFAULT_PG = ("0", "default_pg")
 def group_of(text: str) -> tuple[str, str, int]:
     """(pg uid, pg name, rank in the group) from the line's bracket, "" / -1 if none."""
     if m := _PG_NEW.search(text):
-        return m.group("guid"), m.group("name") or "", int(m.group("r"))
+        return m.group("guid") or m.group("id"), m.group("name") or "", int(m.group("r"))
     if m := _PG_OLD.search(text):
         return m.group("uid"), m.group("name") or "", int(m.group("r"))
     if m := _RANK.search(text):
@@ -138,7 +143,9 @@ def parse(line: LogLine) -> list[Event]:
     elif _FR_WAIT.search(text):  # its watchdog found a work failed or timed out
         out.append(Event("timeout", **base, detail={"cut": True, "fr_wait": True}))
     if m := _STUCK.search(text):
-        out.append(Event("watchdog_stuck", **base, code=int(m.group("s") or -1)))
+        queued = _QUEUED.search(text)
+        out.append(Event("watchdog_stuck", **base, code=int(m.group("s") or -1),
+                         detail={"queued": int(queued.group(1))} if queued else {}))  # fmt: skip
     if s := _STATUS.search(text):
         seq = s.group("seq") or (m.group("seq") if (m := _AT_WORK.search(text)) else None)
         out.append(
