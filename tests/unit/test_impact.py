@@ -90,3 +90,16 @@ def test_a_finding_on_a_group_is_titled_by_its_group_never_rank_minus_1():
                 dp=-1, tp=-1, pp=-1, confidence=0.8, impact_pct=10.0, summary="slow link",
                 evidence={"slow_groups": [group, {**group, "members": [6, 7]}]})  # fmt: skip
     assert f.who() == "tp group of ranks 2,3 and 1 more"
+
+
+def test_a_brief_slowness_that_cost_nothing_is_a_note_not_a_finding():
+    """The fault matrix's uneven_split on a loaded host: rank 1 at 1.37x its peers in the
+    last 4 steps, the job step 1707 ms before and 1642 ms after: noted, not named."""
+    steps = steps_of([300] + [100] * 15)
+    brief = straggler(1, 12, 30.0)
+    brief = dataclasses.replace(brief, evidence={**brief.evidence, "slow_steps": 4})
+    found, notes = checked_impacts([brief], steps, list(range(1, 16)))
+    assert found == [] and "too brief and too cheap to tell from noise" in notes[0]
+    long = dataclasses.replace(brief, evidence={**brief.evidence, "slow_steps": 8})
+    [f], _ = checked_impacts([long], steps, list(range(1, 16)))
+    assert f.evidence["hidden"]
