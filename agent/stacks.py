@@ -16,7 +16,7 @@ from collections import defaultdict
 
 from ranksight.collectors.base import frame
 from ranksight.collectors.local_ranks import LocalRank, from_store, scan_spool
-from ranksight.collectors.pyspy import PySpyConfig, StackTaker
+from ranksight.collectors.pyspy import PySpyConfig, StackTaker, main_thread
 from ranksight.store import Store
 
 
@@ -60,15 +60,6 @@ def take_stacks(
     if rows:
         store.insert("stacks", frame("stacks", rows))
     return rows + taker.refused
-
-
-def main_thread(summary: str) -> str:
-    """The main thread's line of a stack summary (else its first line), without the
-    thread id, so equal stacks of different processes compare equal."""
-    lines = summary.splitlines()
-    line = next((ln for ln in lines if ln.startswith("MainThread")), lines[0] if lines else "")
-    name, _, rest = line.partition(" (")
-    return f"{name}: {rest.partition(': ')[2]}" if rest else line
 
 
 def group_stacks(rows: list[dict]) -> list[tuple[str, list[int]]]:

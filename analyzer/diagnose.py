@@ -23,7 +23,6 @@ from .detectors.postmortem import postmortem
 from .findings import Finding
 from .folds import append, beside_the_stop
 from .impact import checked_impacts, job_steps
-from .log_evidence import log_findings
 from .queries import RunData
 from .registry import DETECTORS
 from .straggler import StragglerConfig
@@ -108,5 +107,10 @@ def _artifacts_only(run: RunContext) -> Analysis:
     data = run.data
     findings, notes = postmortem(data, run.coords)
     findings = desync_findings(data.mismatches, run.coords, data.usual) + findings
-    logged, more = log_findings(data.log_events, run.coords)
+    logged: list[Finding] = []
+    more: list[str] = []
+    if not data.log_events.empty:  # the log readers load on use: dumps alone need none
+        from .log_evidence import log_findings
+
+        logged, more = log_findings(data.log_events, run.coords)
     return Analysis(data.run_id, data.attempt, logged + findings, 0, 0.0, notes + more)

@@ -225,7 +225,7 @@ job step of 1707 ms before and 1642 ms after, was noise (the fault matrix's unev
 
 def _too_brief(f: Finding) -> bool:
     n = f.evidence.get("slow_steps")
-    return isinstance(n, (int, np.integer)) and n < HIDDEN_MIN_STEPS
+    return isinstance(n, (int, np.integer)) and bool(n < HIDDEN_MIN_STEPS)
 
 
 def _brief_note(f: Finding) -> str:

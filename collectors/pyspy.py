@@ -237,3 +237,12 @@ class StackTaker:
             "stack_json": d.raw_json,
             "took_ms": d.took_ms,
         }
+
+
+def main_thread(summary: str) -> str:
+    """The main thread's line of a stack summary (else its first line), without the
+    thread id, so equal stacks of different processes compare equal."""
+    lines = summary.splitlines()
+    line = next((ln for ln in lines if ln.startswith("MainThread")), lines[0] if lines else "")
+    name, _, rest = line.partition(" (")
+    return f"{name}: {rest.partition(': ')[2]}" if rest else line

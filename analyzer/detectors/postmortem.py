@@ -119,7 +119,7 @@ def odd_stacks(stacks: pd.DataFrame) -> dict[int, dict]:
     """rank -> {stack, cause, majority_ranks, majority_stack} for ranks whose main-thread
     stack differs from the one most ranks share (only when that majority is larger than
     all the others together)."""
-    from ranksight.agent.stacks import main_thread
+    from ranksight.collectors.pyspy import main_thread
 
     if stacks.empty:
         return {}

@@ -65,7 +65,7 @@ def _flags_show_no_type() -> None:
     def display_type_rich(self, ctx):
         return None if self.is_flag and not self.count else shown(self, ctx)
 
-    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+    setattr(TyperOption, "display_type_rich", display_type_rich)  # noqa: B010 - typer 0.29+ only
 
 
 def _version(value: bool) -> None:

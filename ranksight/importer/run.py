@@ -10,14 +10,18 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from ranksight.collectors.base import frame
 from ranksight.store import Store, StoreError
 from ranksight.store.fit import fit
 
-from . import logs, sources
+from . import sources
 from .formats import FORMATS, Format
 from .rows import Rows, rank_from_path
+
+if TYPE_CHECKING:  # the line readers load on use (formats/log.py)
+    from . import logs
 
 _BYTES_PER_ROW = 600
 """Rough memory of one buffered row (a dict of ~15 fields), for the flush threshold."""

@@ -4,12 +4,15 @@ every line format of :mod:`ranksight.importer.logs` into ``log_events`` rows."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from ranksight.collectors.bounded import mib
 from ranksight.ground.words import counted, span
 
-from .. import logs
 from .base import Format, json_prefix
+
+if TYPE_CHECKING:  # the line readers load on use: an import of dumps alone needs none of them
+    from .. import logs
 
 WORDS = {"timeout": ("watchdog timeout", None), "status": ("watchdog status line", None),
          "desync_report": ("desync report line", None), "mismatch": ("fingerprint mismatch", "fingerprint mismatches"),
@@ -56,6 +59,8 @@ class TextLog(Format):
         """One file's events. The rank in the file name is used only where no line names
         any rank, global, local or of a group (a number in a file name never overrides
         the rank written in the line)."""
+        from .. import logs
+
         st = self.state
         cut: list[int] = []
         events = logs.read_file(path, st.shown, cut)
@@ -92,6 +97,8 @@ class TextLog(Format):
         st = self.state
         if not st.log_events:
             return
+        from .. import logs
+
         events = st.log_events + st.silent_logs
         st.rows.extend("log_events", [e.row() for e in events])
         seen = sorted({e.rank for e in events if e.rank >= 0})

@@ -9,7 +9,6 @@ import re
 from ranksight.collectors.bounded import read_bytes
 from ranksight.ground.words import counted
 
-from .. import pyspy
 from .base import Format
 
 _FIRST = re.compile(r"(?:Process \d+:|Thread (?:0x[0-9A-Fa-f]+|\d+) \((?:idle|active))")
@@ -33,6 +32,8 @@ class PySpy(Format):
     def read(self, path: str, rank: int | None) -> tuple[str, int | None]:
         """One dump (gzip or not, at most ``file_bytes`` of it). Raises ValueError if it has
         no thread or passes the limit."""
+        from .. import pyspy  # on use: an import of dumps alone need not load the log readers
+
         st = self.state
         data, damage = read_bytes(path, st.cfg.file_bytes, st.cfg.limit_why)
         if damage:
