@@ -8,6 +8,7 @@
   with no third to side with one, are both suspects.
 - Watchdog timeouts of one ``(group, seq)`` with different ops (or sizes of an op whose
   size is the same on every rank): the minority is the odd one out.
+- gloo's transport receiving more bytes than were posted for it: a desync, sides unknown.
 """
 
 from __future__ import annotations
@@ -55,8 +56,26 @@ def _reports(ev: Evidence, coords) -> list:
     return out
 
 
+def _gloo_sizes(ev: Evidence, coords) -> list:
+    """gloo's ``op.preamble.length <= op.nbytes. 1046204 vs 1040256`` (prime-diloco#68): a
+    peer sent more bytes than this rank posted for it, so the two are in different
+    collectives or the same one with other tensors: a desync, sides unknown."""
+    mm = ev.where(ev.of("mismatch"), lambda d: d.get("backend") == "gloo")
+    if mm.empty:
+        return []
+    got, want = mm.iloc[0]["detail"].get("sizes", [-1, -1])
+    ranks = sorted({int(r) for r in mm["rank"] if int(r) >= 0})
+    who = ranks_text(ranks) if ranks else "a rank"
+    return [finding("desync", "mismatch", -1, 0.45,
+                    f"desync: gloo on {who} received a message of {got} bytes for a receive of "
+                    f"{want} (pair.cc, 'op.preamble.length <= op.nbytes'): its peer sent another "
+                    "collective's data, or the same collective with other tensors; which side "
+                    "left the common order the lines do not say",
+                    {"sizes": [got, want], "reported_by": ranks, "suspects": []}, coords)]  # fmt: skip
+
+
 def _fingerprints(ev: Evidence, coords) -> list:
-    mm = ev.of("mismatch")
+    mm = ev.where(ev.of("mismatch"), lambda d: d.get("backend") != "gloo")
     if mm.empty:
         return []
     halves = mm[mm["peer"] < 0]
@@ -169,4 +188,5 @@ def _unproven(seq, group, pg, ops, odd, common, sig, unseen, coords):
 
 def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
     """Desync findings from reports, fingerprints and same-sequence timeouts."""
-    return _reports(ev, coords) + _fingerprints(ev, coords) + _timeouts(ev, coords), []
+    found = _reports(ev, coords) + _fingerprints(ev, coords) + _gloo_sizes(ev, coords)
+    return found + _timeouts(ev, coords), []

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..findings import Finding
 from .evidence import Evidence, finding, ranks_text
 
-GPU_CONFIDENCE = {"xid": 0.8, "ecc": 0.8, "nvml": 0.8, "aer": 0.7, "cuda": 0.4}
+GPU_CONFIDENCE = {"xid": 0.8, "ecc": 0.8, "nvml": 0.8, "aer": 0.7, "cuda": 0.4, "hsa": 0.7}
 """How sure a GPU error makes the hardware finding (hardware XIDs; an application XID,
 a corrected AER error or a CUDA error an application can cause count lower)."""
 NET_CONFIDENCE = {"ib_async": 0.6, "ib_completion": 0.5, "ib_verbs": 0.45, "net": 0.45,
@@ -59,7 +59,8 @@ def _gpu(ev: Evidence, coords) -> list:
         rank = ranks[0] if len(ranks) == 1 else -1
         what = {"xid": f"XID {int(e['code'])}" if int(e["code"]) >= 0 else "an XID error",
                 "ecc": "an uncorrectable ECC error", "nvml": "an NVML error",
-                "aer": "a PCIe AER error", "cuda": "a CUDA error"}.get(cat, cat)  # fmt: skip
+                "aer": "a PCIe AER error", "cuda": "a CUDA error",
+                "hsa": "an HSA hardware exception (ROCm)"}.get(cat, cat)  # fmt: skip
         gpu = f"GPU {dev}" if dev else "GPU"
         who = f"rank {rank}'s {gpu}" if rank >= 0 else f"the {gpu}" if dev else "a GPU"
         where = f" on {host}" if host else ""

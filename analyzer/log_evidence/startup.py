@@ -47,6 +47,7 @@ def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
                            f"for {ranks_text(roots)} to publish the NCCL unique id of a new "
                            "communicator: it never reached that communicator's creation (stuck "
                            "before it, or dead)", {"suspects": roots, "waiting": waiting}, coords))  # fmt: skip
+    out += _key_waits(ev, init, coords) + _gloo_connect(init, coords)
     rdzv = ev.where(init, lambda d: d.get("category") == "rendezvous")
     closed = ev.where(rdzv, lambda d: d.get("error") == "RendezvousClosedError")
     if not closed.empty:
@@ -72,3 +73,43 @@ def _closed(coords):
                    "torn down, and agents that join a closed rendezvous (a restarted pod, the "
                    "same run id) fail again; no worker started, so no rank is at fault",
                    {"suspects": []}, coords)  # fmt: skip
+
+
+def _key_waits(ev: Evidence, init, coords) -> list:
+    """``DistStoreError: wait timeout after 300000ms, keys: /broadcast_from/0/75465``
+    (ms-swift#4906): the rank that raised it waited in the c10d store for a key that no
+    process wrote (a barrier, an object broadcast, a group's set-up): it is a waiter; the
+    one that should have written the key stopped, hung or never got there."""
+    keys = ev.where(init, lambda d: d.get("category") == "store_key")
+    if keys.empty:
+        return []
+    e = keys.iloc[0]
+    ranks = sorted({int(r) for r in keys["rank"] if int(r) >= 0})
+    who = ranks_text(ranks) if ranks else "a process"
+    secs = f" after {int(e['code']) // 1000} s" if int(e["code"]) > 0 else ""
+    key = str(e["detail"].get("key", ""))
+    return [finding("hang", "stuck", -1, 0.3,
+                    f"hang: {who} timed out{secs} waiting in the c10d store for key {key!r}: "
+                    "another process never wrote it (it stopped, hung or never got that far), so "
+                    "the rank that waited is not at fault; the key names the exchange (a "
+                    "barrier, an object broadcast, a group's set-up)",
+                    {"key": key, "waiting": ranks, "suspects": []}, coords)]  # fmt: skip
+
+
+def _gloo_connect(init, coords) -> list:
+    """``Gloo connectFullMesh failed with [...pair.h:301] Connect timeout`` (dmlcloud#47):
+    creating a gloo group, the rank could not connect to its peers: a peer that never came
+    up, or the network between them (the interface gloo picked, a firewall)."""
+    gloo = (
+        init[[d.get("category") == "gloo_connect" for d in init["detail"]]] if len(init) else init
+    )
+    if gloo.empty:
+        return []
+    ranks = sorted({int(r) for r in gloo["rank"] if int(r) >= 0})
+    who = ranks_text(ranks) if ranks else "a rank"
+    why = str(gloo.iloc[0]["detail"].get("why", ""))[:100]
+    return [finding("network", "rendezvous", -1, 0.35,
+                    f"network at start-up: {who} could not connect gloo's pairs to its peers "
+                    f"({why}): a peer that never came up, or the network between them (the "
+                    "interface gloo chose: GLOO_SOCKET_IFNAME, a firewall)",
+                    {"suspects": []}, coords)]  # fmt: skip

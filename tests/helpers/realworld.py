@@ -62,6 +62,28 @@ def _inputs(folder: str) -> list[str]:
     return sorted(os.path.join(folder, f) for f in os.listdir(folder) if f != "case.json")
 
 
+def case_events(case: str):
+    """The ``log_events`` frame every file of corpus case ``case`` gives (the line
+    readers alone, no store)."""
+    import pandas as pd
+
+    from ranksight.importer.logs import read_file
+
+    folder = os.path.join(CORPUS, case)
+    rows = [e.row() for name in _inputs(folder) for e in read_file(name)]
+    return pd.DataFrame(rows)
+
+
+def case_findings(case: str) -> tuple[list, list[str]]:
+    """``(findings, notes)`` of the log detectors on corpus case ``case``, with no mesh
+    coordinates (what the lines alone say)."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence import log_findings
+
+    return log_findings(case_events(case), pd.DataFrame(columns=["dp", "tp", "pp", "host"]))
+
+
 def judge(answer: dict, findings: list, failed: bool = True) -> str:
     """The verdict of ``findings`` (``Finding`` objects, report order) against ``answer``;
     ``failed``: the import stored the run as failed (its lines show a fault)."""

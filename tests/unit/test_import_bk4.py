@@ -8,27 +8,16 @@ import os
 
 import pandas as pd
 
-from ranksight.analyzer.log_evidence import log_findings
 from ranksight.analyzer.log_evidence.evidence import evidence_of
-from ranksight.importer.logs import read_file
-from tests.helpers.realworld import CORPUS
-
-COORDS = pd.DataFrame(columns=["dp", "tp", "pp", "host"])
+from tests.helpers.realworld import CORPUS, case_events, case_findings
 
 
 def _events(case: str) -> pd.DataFrame:
-    folder = os.path.join(CORPUS, case)
-    rows = [
-        e.row()
-        for name in sorted(os.listdir(folder))
-        if name != "case.json"
-        for e in read_file(os.path.join(folder, name))
-    ]
-    return pd.DataFrame(rows)
+    return case_events(case)
 
 
 def _read(case: str) -> tuple[list, list[str]]:
-    return log_findings(_events(case), COORDS)
+    return case_findings(case)
 
 
 def test_a_desync_whose_majority_an_unseen_rank_could_turn_is_not_proven() -> None:

@@ -11,6 +11,8 @@ PCIe AER                    ``pcieport 0000:00:03.1: AER: Uncorrected   ``aer``
                             (Fatal) error received: 0000:3b:00.0``
 CUDA device errors          ``CUDA error: an illegal memory access``    ``cuda``
                             ``CUDA error: unspecified launch failure``
+ROCm HSA (AMD)              ``HW Exception by GPU node-9 (Agent handle: ``hsa``
+                            0x64ff..) reason :GPU Hang``
 ==========================  =========================================  ==========
 
 Each becomes a ``gpu_error`` event: ``detail`` ``category``, ``device`` (PCI bus id,
@@ -51,7 +53,13 @@ _CUDA = re.compile(
     r"the launch timed out and was terminated)"
 )
 _FELL = re.compile(r"GPU (?P<bus>[0-9A-Fa-f:.]+)? ?has fallen off the bus")
-MARKERS = ("Xid", "device handle", "AER", "PCIe Bus Error", "CUDA error", "cuda runtime error",
+_HSA = re.compile(
+    r"HW Exception by GPU node-(?P<node>\d+) \(Agent handle: [^)]*\) reason :\s*(?P<reason>.+)"
+)
+"""ROCm's HSA runtime on an AMD GPU fault (ROCm legacy-rocm-build#4021, MI300X: ``HW
+Exception by GPU node-9 (Agent handle: 0x64ff272d8ab0) reason :GPU Hang``): the device,
+named by its KFD node, reports a hang or a memory fault."""
+MARKERS = ("HW Exception by GPU", "Xid", "device handle", "AER", "PCIe Bus Error", "CUDA error", "cuda runtime error",
            "fallen off the bus")  # fmt: skip
 
 
@@ -94,6 +102,9 @@ def parse(line: LogLine) -> list[Event]:
         cat = "ecc" if "ECC" in msg else "cuda"
         return [Event("gpu_error", **base, detail={"category": cat, "device": "",
                       "hardware": cat == "ecc", "message": msg})]  # fmt: skip
+    if m := _HSA.search(t):
+        return [Event("gpu_error", **base, detail={"category": "hsa", "device": f"KFD node {m.group('node')}",
+                      "hardware": True, "message": m.group("reason").strip()[:120]})]  # fmt: skip
     if m := _FELL.search(t):
         return [Event("gpu_error", **base, detail={"category": "xid", "hardware": True,
                       "device": _bus(m.group("bus") or ""), "message": "fallen off the bus"})]  # fmt: skip

@@ -13,7 +13,20 @@
 - ``[45] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d
   key-value store ... got error: wait timeout``: ``init_failure`` (category unique_id,
   ``peer`` the rank that should have published the id);
-- torchelastic's ``RendezvousTimeoutError`` (and its kin): ``init_failure`` (rendezvous).
+- torchelastic's ``RendezvousTimeoutError`` (and its kin): ``init_failure`` (rendezvous);
+- ``DistStoreError: wait timeout after 300000ms, keys: /broadcast_from/0/75465`` (a get,
+  barrier or object broadcast through the store that nobody answered): ``init_failure``,
+  category store_key, ``detail.key``, ``code`` the wait in ms;
+- c10d's ``waitForInput: socket SocketImpl(fd=11, addr=[...]:38674,
+  remote=[::ffff:33.148.62.162]:23456) timed out after 900000ms`` (the store at the other
+  end never answered): ``init_failure``, category store_connect, ``detail.address``;
+- gloo: ``Gloo connectFullMesh failed with [...pair.h:301] Connect timeout``: ``init_failure``,
+  category gloo_connect (its pairs could not connect: the network or a peer that never
+  came up);
+- gloo: ``[enforce fail at .../gloo/transport/tcp/pair.cc:446] op.preamble.length <=
+  op.nbytes. 1046204 vs 1040256``: a ``mismatch`` (a peer sent a message of another size
+  than this rank posted for it: the ranks are in different collectives, or the same one
+  with other tensors), ``detail.sizes``.
 """
 
 from __future__ import annotations
@@ -36,8 +49,15 @@ _RDZV = re.compile(r"(?P<err>RendezvousTimeoutError|RendezvousClosedError|Rendez
 _GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) operation to complete")
 _GLOO_PEER = re.compile(r"gloo/transport/\w+/\w+\.cc:\d+\] (?:Connection closed by peer|Read error|"
                         r"Connection reset by peer)\s*\[?(?P<addr>[\w.:\-]+?)\]?:(?P<port>\d+)")  # fmt: skip
+_KEY_WAIT = re.compile(r"wait timeout after (?P<ms>\d+)ms, keys?: (?P<key>\S+)")
+_SOCKET_WAIT = re.compile(r"waitForInput: socket SocketImpl\(.*?remote=\[(?:::ffff:)?(?P<addr>[^\]]+)\]"
+                          r":(?P<port>\d+)\) timed out after (?P<ms>\d+)ms")  # fmt: skip
+_GLOO_CONNECT = re.compile(r"Gloo connectFullMesh failed with (?P<why>.*)")
+_GLOO_SIZE = re.compile(r"enforce fail at [^\]]*gloo/transport/\w+/pair\.cc:\d+\] "
+                        r"op\.preamble\.length <= op\.nbytes\. (?P<got>\d+) vs (?P<want>\d+)")  # fmt: skip
 MARKERS = ("waiting for clients", "waiting for workers", "client socket", "Timed out waiting",
-           "gloo/transport", "ncclUniqueId", "Rendezvous")  # fmt: skip
+           "gloo/transport", "ncclUniqueId", "Rendezvous", "wait timeout", "waitForInput",
+           "connectFullMesh")  # fmt: skip
 
 
 def parse(line: LogLine) -> list[Event]:
@@ -59,6 +79,19 @@ def parse(line: LogLine) -> list[Event]:
     if m := _RDZV.search(t):
         return [Event("init_failure", **base, detail={"category": "rendezvous",
                                                       "error": m.group("err")})]  # fmt: skip
+    if m := _KEY_WAIT.search(t):
+        return [Event("init_failure", **base, code=int(m.group("ms")),
+                      detail={"category": "store_key", "key": m.group("key")})]  # fmt: skip
+    if m := _SOCKET_WAIT.search(t):
+        return [Event("init_failure", **base, code=int(m.group("ms")),
+                      detail={"category": "store_connect",
+                              "address": f"{m.group('addr')}:{m.group('port')}"})]  # fmt: skip
+    if m := _GLOO_CONNECT.search(t):
+        return [Event("init_failure", **base, detail={"category": "gloo_connect",
+                                                      "why": m.group("why")[:160]})]  # fmt: skip
+    if m := _GLOO_SIZE.search(t):
+        return [Event("mismatch", **base, detail={"backend": "gloo",
+                      "sizes": [int(m.group("got")), int(m.group("want"))]})]  # fmt: skip
     if m := _GLOO_TIMEOUT.search(t):
         return [Event("timeout", **base, op=norm_op(m.group("op")), code=int(m.group("ms")),
                       detail={"backend": "gloo"})]  # fmt: skip
