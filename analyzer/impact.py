@@ -97,6 +97,18 @@ def can_measure(f: Finding, wall: pd.Series) -> bool:
     return f.kind in COSTS_STEP_TIME and onset is not None and before_after(wall, onset) is not None
 
 
+def _error_pts(f: Finding) -> float:
+    """The error of an impact not measured before/after, in points: a replay's misfit to
+    the measured step (``whatif`` / ``joint_whatif`` ``misfit_pct``: a replay 5% off the
+    step it replays is taken as 5 points off), else the impact itself (an estimate whose
+    truth may be anywhere from nothing to it)."""
+    for key in ("joint_whatif", "whatif"):
+        w = f.evidence.get(key)
+        if isinstance(w, dict) and isinstance(w.get("misfit_pct"), (int, float)):
+            return round(float(w["misfit_pct"]), 1)
+    return float(f.impact_pct)
+
+
 def _onset(f: Finding) -> int | None:
     onset = f.evidence.get("onset_step")
     if onset is None:
@@ -121,7 +133,7 @@ def measured(f: Finding, wall: pd.Series) -> tuple[Finding, str | None]:
             else "excess estimate (upper bound)"
         )
         f = _capped(f) if method == "excess estimate (upper bound)" else f
-        ev = {**f.evidence, "impact_method": method, "impact_error_pts": f.impact_pct}
+        ev = {**f.evidence, "impact_method": method, "impact_error_pts": _error_pts(f)}
         return dataclasses.replace(f, evidence=ev), None
     ev = {
         **f.evidence,

@@ -39,8 +39,8 @@ from ..straggler import COMPUTE_PHASES, self_time
 from ..whatif.slice import (
     ReplayError,
     groups_of,
-    measured_step_ms,
     rebalanced,
+    replay_fit,
     replay_ranks,
     replay_slice,
     window,
@@ -246,9 +246,9 @@ def _replayed(data, coords, steps, culprits) -> tuple[StageCost | None, list[str
         r = replay_slice(tables, rebalanced, ranks)
     except ReplayError as exc:
         return None, [f"what-if replay of the balanced pipelines not used ({exc})"]
-    now = float(r.step_ns_now.mean()) / _MS
-    measured = measured_step_ms(data.steps, ranks, window_steps)
-    misfit = abs(now / measured - 1.0) if measured > 0 else 1.0
+    fit = replay_fit(data.steps, r, window_steps)
+    now, measured = fit.replayed_ms, fit.measured_ms
+    misfit = fit.misfit if fit.misfit is not None else 1.0  # nothing measured: no trust
     if misfit > REPLAY_TOLERANCE:
         return None, [
             f"a what-if replay of the pipelines ({counted(len(ranks), 'rank')}) took {now:.0f} ms "

@@ -22,10 +22,11 @@ from ..findings import Finding
 from .engine import balanced_stages, ops_from_tables, peer_median_durations, replay
 from .slice import (
     ReplayError,
+    ReplayFit,
     SliceReplay,
     groups_of,
-    measured_step_ms,
     pipeline_slice,
+    replay_fit,
     replay_ranks,
     replay_slice,
     window,
@@ -55,18 +56,17 @@ def straggler_impacts(
             )
             out.append(f)
             continue
-        measured = measured_step_ms(data.steps, r.ranks, steps)
-        replayed = float(r.step_ns_now.mean()) / 1e6
-        if measured > 0 and abs(replayed / measured - 1.0) > MAX_REPLAY_ERROR:
+        fit = replay_fit(data.steps, r, steps)
+        if fit.misfit is not None and fit.misfit > MAX_REPLAY_ERROR:
             notes.append(
                 f"rank {f.culprit_rank}'s impact counts all its extra time as delaying the "
                 f"step (an upper bound): a re-simulation of its pipeline without it was not "
-                f"trusted, as it took {replayed:.0f} ms for a step measured at {measured:.0f} ms "
-                f"(more than {MAX_REPLAY_ERROR:.0%} off)"
+                f"trusted, as it took {fit.replayed_ms:.0f} ms for a step measured at "
+                f"{fit.measured_ms:.0f} ms (more than {MAX_REPLAY_ERROR:.0%} off)"
             )
             out.append(f)
             continue
-        out.append(with_replay(f, r, steps))
+        out.append(with_replay(f, r, steps, fit))
     return out, notes
 
 
@@ -116,9 +116,9 @@ def joint_impacts(
         )
     except ReplayError as exc:
         return findings, [f"ranks {who} could not be replayed together ({exc})"]
-    measured = measured_step_ms(data.steps, ranks, steps)
-    replayed = float(r.step_ns_now.mean()) / 1e6
-    if measured <= 0 or abs(replayed / measured - 1.0) > MAX_REPLAY_ERROR:
+    fit = replay_fit(data.steps, r, steps)
+    measured, replayed = fit.measured_ms, fit.replayed_ms
+    if fit.misfit is None or fit.misfit > MAX_REPLAY_ERROR:
         return findings, [
             f"a what-if replay of ranks {who} together was not trusted: it took "
             f"{replayed:.0f} ms for a step measured at {measured:.0f} ms"
@@ -150,6 +150,7 @@ def joint_impacts(
                 "measured_step_ms": round(measured, 1),
                 "replayed_step_ms_now": round(replayed, 1),
                 "replayed_step_ms_without": round(without_ms, 1),
+                "misfit_pct": round(100.0 * fit.misfit, 1),
                 "joint_impact_pct": round(joint, 1),
                 "own_impact_pct": f.impact_pct,
             },
@@ -177,8 +178,11 @@ def _replay(f: Finding, data, coords: pd.DataFrame, peers: list[int]):
     return r, steps
 
 
-def with_replay(f: Finding, r: SliceReplay, steps: list[int]) -> Finding:
-    """``f`` with its impact, summary ending and ``whatif`` evidence from ``r``."""
+def with_replay(
+    f: Finding, r: SliceReplay, steps: list[int], fit: ReplayFit | None = None
+) -> Finding:
+    """``f`` with its impact, summary ending and ``whatif`` evidence from ``r``; ``fit``:
+    how well ``r`` reproduced the measured step (its misfit is the impact's error)."""
     impact = max(0.0, r.impact_pct)
     now_ms = float(r.step_ns_now.mean()) / 1e6
     without_ms = float(r.step_ns_changed.mean()) / 1e6
@@ -197,9 +201,20 @@ def with_replay(f: Finding, r: SliceReplay, steps: list[int]) -> Finding:
             "replayed_step_ms_without": round(without_ms, 1),
             "impact_pct": round(impact, 1),
             "estimate_pct": f.impact_pct,
+            **_fit_evidence(fit),
         },
     }
     return dataclasses.replace(f, impact_pct=round(impact, 1), summary=summary, evidence=evidence)
+
+
+def _fit_evidence(fit: ReplayFit | None) -> dict:
+    """The measured step and the replay's misfit (percent), where measured."""
+    if fit is None or fit.misfit is None:
+        return {}
+    return {
+        "measured_step_ms": round(fit.measured_ms, 1),
+        "misfit_pct": round(100.0 * fit.misfit, 1),
+    }
 
 
 MAX_REPLAY_ROWS = 3_000_000

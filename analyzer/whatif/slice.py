@@ -166,6 +166,28 @@ def measured_step_ms(steps: pd.DataFrame, ranks: list[int], numbers: list[int]) 
     return float((g["end_ns"].max() - g["start_ns"].min()).mean()) / 1e6
 
 
+@dataclass(frozen=True, slots=True)
+class ReplayFit:
+    """How well a replay of the run as it was reproduces the measured step."""
+
+    replayed_ms: float
+    """Mean replayed step with nothing changed (ms)."""
+    measured_ms: float
+    """Mean measured step of the same ranks and steps (ms; 0: none measured)."""
+
+    @property
+    def misfit(self) -> float | None:
+        """``|replayed / measured - 1|``; None where nothing was measured."""
+        return abs(self.replayed_ms / self.measured_ms - 1.0) if self.measured_ms > 0 else None
+
+
+def replay_fit(steps: pd.DataFrame, r: SliceReplay, numbers: list[int]) -> ReplayFit:
+    """The fit of replay ``r`` (over step ``numbers``) to the measured steps of its ranks
+    (``STEPS`` rows). The one check before a replay's counterfactual is believed; each
+    caller keeps its own tolerance and its own rule where nothing was measured."""
+    return ReplayFit(float(r.step_ns_now.mean()) / 1e6, measured_step_ms(steps, r.ranks, numbers))
+
+
 def window(steps: pd.DataFrame, ranks: list[int], first: int, limit: int = MAX_STEPS) -> list[int]:
     """Up to ``limit`` steps from ``first`` on, evenly spaced, that every one of ``ranks``
     completed (``STEPS`` rows)."""

@@ -103,3 +103,17 @@ def test_a_brief_slowness_that_cost_nothing_is_a_note_not_a_finding():
     long = dataclasses.replace(brief, evidence={**brief.evidence, "slow_steps": 8})
     [f], _ = checked_impacts([long], steps, list(range(1, 16)))
     assert f.evidence["hidden"]
+
+
+def test_a_replays_error_is_its_misfit_to_the_measured_step_not_its_impact():
+    """A replay 4.2% off the step it replays is 4.2 points off; an excess estimate with no
+    step before its onset may be off by all of itself."""
+    steps = steps_of([300] + [125] * 15)
+    replayed = straggler(2, 1, 30.0)
+    replayed = dataclasses.replace(
+        replayed, evidence={**replayed.evidence, "whatif": {"misfit_pct": 4.2}}
+    )
+    [f], _ = checked_impacts([replayed], steps, list(range(1, 16)))
+    assert (f.evidence["impact_method"], f.evidence["impact_error_pts"]) == ("replay", 4.2)
+    [g], _ = checked_impacts([straggler(2, 1, 30.0)], steps, list(range(1, 16)))
+    assert g.evidence["impact_error_pts"] == g.impact_pct
