@@ -99,6 +99,11 @@ def _crashes(ev: Evidence, coords) -> tuple[list, list[str]]:
     if not cf.empty:
         return _child_failed(ev, cf, hung, coords)
     if not ds.empty:
+        codes = {int(c) for c in ds["code"] if int(c) != -1}
+        if hung and codes <= {-6}:  # the watchdog's abort, then the launcher's tear-down
+            return [], ["DeepSpeed's launcher stopped the workers after the collective "
+                        "timeouts (no return code but the watchdog's SIGABRT): the hang's "
+                        "consequence (DeepSpeed#5066)"]  # fmt: skip
         return _launcher_kills(ds, hung, coords), []
     if not srun.empty:
         tasks = ", ".join(
@@ -119,12 +124,15 @@ def _launcher_kills(ds, hung: bool, coords) -> list:
     killed = sum(len(d.get("killed") or []) for d in ds["detail"])
     codes = sorted({int(c) for c in ds["code"] if int(c) != -1})
     said = f" (return code {', '.join(map(str, codes))})" if codes else ""
-    where = ", ".join(hosts[:4]) or "a host"
-    first = "the failure began there" if len(hosts) == 1 else "the failure began on one of them"
+    if -9 in codes:
+        said += ": killed by SIGKILL, most often the host's OOM killer (dmesg says)"
+    where = ", ".join(hosts[:4]) or "its node"
+    first = "the failure began there" if len(hosts) <= 1 else "the failure began on one of them"
+    whom = f"killed {killed} of its workers" if killed else "stopped its workers"
     return [finding("crash", "exit_code", -1, 0.35 if len(hosts) == 1 else 0.3,
-                    f"crash: DeepSpeed's launcher on {where} killed {killed or 'its other'} "
-                    f"of its workers after one of them exited with an error{said}: {first}; which "
-                    "local rank, and why, is not in these lines (its own traceback says)"
+                    f"crash: DeepSpeed's launcher on {where} {whom} after one of them exited "
+                    f"with an error{said}; {first}; which local rank, and why, is not in these "
+                    "lines (its own traceback says)"
                     + ("; the others' timeouts follow from it" if hung else ""),
                     {"hosts": hosts, "killed": killed, "suspects": []}, coords,
                     host=hosts[0] if len(hosts) == 1 else "")]  # fmt: skip
@@ -245,7 +253,8 @@ def _exceptions(ev: Evidence, hung: bool, coords) -> tuple[list, list[str]]:
     exc = keep(exc, [not any(w in t for w in words) for t in exc["text"]])
     if hung:  # the others wait: the rank that raised its own error and never timed out
         waiting = {int(r) for r in ev.of("timeout", "status")["rank"]}
-        exc = keep(exc, [int(r) >= 0 and int(r) not in waiting for r in exc["rank"]])
+        exc = keep(exc, [(int(r) >= 0 or bool(d.get("oom"))) and int(r) not in waiting
+                         for r, d in zip(exc["rank"], exc["detail"], strict=True)])  # fmt: skip
         if exc.empty or exc["rank"].nunique() > 2:
             return [], []
     if exc.empty:
@@ -263,6 +272,16 @@ def _exceptions(ev: Evidence, hung: bool, coords) -> tuple[list, list[str]]:
     rank = ranks[0] if len(ranks) == 1 else -1
     who = ranks_text(ranks) if ranks else "a process (rank not said)"
     while_ = ", while the others waited in their collectives" if hung else ""
-    return [finding("crash", "exception", rank, 0.5 if rank >= 0 else 0.3,
-                    f"crash: {who} raised {str(e['text']).strip()[:200]}{while_}",
-                    {"exception": e["op"], "suspects": ranks}, coords)], []  # fmt: skip
+    oom = bool(e["detail"].get("oom"))
+    if oom and rank >= 0 and bool(e["mapped"]):
+        dev = str(e["detail"].get("device", "")).replace("cuda:", "GPU ")
+        who = f"rank {rank} (its message names {dev or 'its GPU'}, taken as its rank on the one node seen)"
+    return [finding("crash", "out_of_memory" if oom else "exception", rank,
+                    (0.45 if e["mapped"] else 0.5) if rank >= 0 else 0.3,
+                    f"crash: {who} raised {str(e['text']).strip()[:200]}{while_}"
+                    + (": the GPU ran out of memory (the model's or the batch's size, or "
+                       "another process on that GPU), so the others then waited for it" if oom and hung
+                       else ": the GPU ran out of memory" if oom else ""),
+                    {"exception": e["op"], "suspects": ranks,
+                     **({"device": e["detail"]["device"]} if e["detail"].get("device") else {})},
+                    coords)], []  # fmt: skip

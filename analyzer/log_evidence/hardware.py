@@ -243,7 +243,8 @@ def _nccl_errors(ev: Evidence, coords) -> list:
     the same words would make); no rank where several processes fail alike
     (:func:`_alike`): the set-up or the environment, not the first rank whose traceback
     is whole. (A remote error is another process's or the fabric's already: the others
-    failing after it is no sign of a common cause.)"""
+    failing after it is no sign of a common cause, and the ranks that raise it are its
+    victims, no suspects: OpenRLHF#621's rank 1 after pid 90738 on 172.19.24.110 died.)"""
     ne = ev.of("nccl_error")
     out = []
     for cls, rows in ne.groupby("op", sort=False):
@@ -256,10 +257,14 @@ def _nccl_errors(ev: Evidence, coords) -> list:
                 "alike, so the set-up or the environment (topology, P2P, the container), "
                 "not one rank" if alike else
                 " (the same on many ranks: not one rank's fault)" if many else "")  # fmt: skip
+        remote = str(cls) == "remote"  # the ranks that say so are its victims
+        if remote:
+            said += f"; {who} only reported it and is not at fault"
         out.append(finding(kind, cause, ranks[0] if len(ranks) == 1 and not many and kind == "crash" else -1,
-                           0.3 if many else 0.4,
+                           0.3 if many or remote else 0.4,
                            f"{kind}: {who} raised an NCCL error: {meaning}{said}",
-                           {"nccl_error": str(cls), "suspects": [] if many else ranks,
+                           {"nccl_error": str(cls), "suspects": [] if many or remote else ranks,
+                            **({"reported_by": ranks} if remote else {}),
                             "alike": alike}, coords))  # fmt: skip
     return out
 

@@ -18,6 +18,11 @@ from .lines import LogLine
 _EXC = re.compile(
     r"^\s*(?:\w+\.)*(?P<type>[A-Z]\w*(?:Error|Exception|Interrupt))(?::\s*(?P<msg>.*))?$"
 )
+_OOM = re.compile(r"CUDA out of memory\.(?:.*?\bGPU (?P<gpu>\d+)\b)?")
+"""PyTorch's CUDA allocator running out (``torch.cuda.OutOfMemoryError: CUDA out of
+memory. Tried to allocate 564.00 MiB. GPU 1 has a total capacty of 22.20 GiB``, litgpt#303):
+``detail.oom``, and the GPU index it names as ``detail.device`` (and as the local rank of a
+line that says no rank, as NCCL's ``[N]`` is read)."""
 _TRACEBACK = "Traceback (most recent call last):"
 MARKERS = ("Error", "Exception", "Interrupt", "Traceback (m")
 MAX_PER_RANK = 4
@@ -48,9 +53,17 @@ class Reader:
         if not m or self.seen.get(line.rank, 0) >= MAX_PER_RANK:
             return
         self.seen[line.rank] = self.seen.get(line.rank, 0) + 1
-        self.out.append(Event("exception", rank=line.rank, local_rank=line.local_rank,
+        detail: dict = {"message": (m.group("msg") or "")[:200]}
+        local = line.local_rank
+        if oom := _OOM.search(line.text):
+            detail["oom"] = True
+            if oom.group("gpu") is not None:
+                detail["device"] = f"cuda:{oom.group('gpu')}"
+                if line.rank < 0 and local < 0:  # its GPU index, as NCCL's [N]: a local rank
+                    local = int(oom.group("gpu"))
+        self.out.append(Event("exception", rank=line.rank, local_rank=local,
                               host=line.host, line=line.number, op=m.group("type"),
-                              text=line.text, detail={"message": (m.group("msg") or "")[:200]}))  # fmt: skip
+                              text=line.text, detail=detail))  # fmt: skip
 
     def finish(self) -> list[Event]:
         """The exceptions read."""

@@ -8,6 +8,8 @@ the launcher on every host and puts the host, an address or a name, before each 
   host, ``detail.source`` ``deepspeed_launcher``, ``detail.killed`` the pids it killed,
   ``code`` the first non-zero return code (-1 if none is in the lines): the failure
   began on that host; which local worker, and why, the lines do not say.
+- the same launcher lines with no host prefix (one node's console) are that node's, its
+  host unknown ("");
 - a Python traceback behind a host prefix (``10.0.0.6:   File "...", line 1162, in
   _configure_optimizer``, ``10.0.0.7: Traceback (most recent call last):``): one
   ``traceback`` event per host, its rank unknown (azureml-assets#302: the same failure
@@ -23,7 +25,11 @@ from .lines import LogLine
 
 _HOST = re.compile(r"^(?P<host>\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w.-]*\w):\s")
 _KILL = re.compile(r"sigkill_handler\]? Killing subprocess (?P<pid>\d+)")
-_EXIT = re.compile(r"Process (?P<pid>\d+) exits with return code = (?P<code>-?\d+)")
+_EXIT = re.compile(r"(?:Process (?P<pid>\d+) |\] )?exits with return code = (?P<code>-?\d+)")
+_DEEPSPEED = re.compile(r"launch\.py:\d+:sigkill_handler")
+"""DeepSpeed's launcher's own words: read with no host prefix too (one node's console:
+DeepSpeed#4890's ``[launch.py:321:sigkill_handler [xxx] exits with return code = -9``,
+its command redacted)."""
 _TRACE = re.compile(r'^(?:Traceback \(most recent call last\)|\s+File "[^"]+", line \d+)')
 MARKERS = ("Killing subprocess", "exits with return code", "Traceback (most recent", '  File "')
 MAX_PIDS = 64
@@ -45,7 +51,7 @@ class Reader:
         text, host = line.text, line.host
         if m := _HOST.match(text):
             host, text = m.group("host"), text[m.end() :]
-        if not host:
+        if not host and not _DEEPSPEED.search(text):
             return
         k, x = _KILL.search(text), _EXIT.search(text)
         if k or x:
