@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from ranksight.analyzer import Analysis, Finding
+from ranksight.analyzer import Analysis, Finding, StragglerConfig
 from ranksight.analyzer.imported import is_imported
 from ranksight.ground.vocab import NOT_FAULTS, Kind
 from ranksight.ground.words import counted, span
@@ -134,8 +134,13 @@ def print_text(analysis: Analysis, console: Console, run: dict | None = None) ->
     for note in analysis.notes:
         say(f"[dim]note: {escape(note)}[/]")
     if not analysis.findings:
+        fewest = StragglerConfig().min_slow_steps
         verdict = (
-            "[green]No culprit found[/]: every rank is within the threshold of its "
+            f"[yellow]Too few steps to judge[/]: {counted(analysis.steps_analyzed, 'step')} "
+            f"analyzed, and a straggler is named only after {fewest} slow steps in a row "
+            "(fewer can be noise); no hang, crash or desync in them. Widen --steps / --since."
+            if 0 < analysis.steps_analyzed < fewest
+            else "[green]No culprit found[/]: every rank is within the threshold of its "
             "same-stage peers."
             if analysis.steps_analyzed
             else f"[yellow]Undecided[/]: {UNDECIDED}"

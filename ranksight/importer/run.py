@@ -149,10 +149,13 @@ def import_paths(
     in the message when part of it was kept), and the others are imported.
     ``on_progress(done_bytes, total_bytes, path)`` is told as input is read.
     No run row is written when no file could be imported (``result.imported`` empty).
-    Raises FileNotFoundError for a path that does not exist, StoreError if the store
-    fails (rows written before stay)."""
+    Raises FileNotFoundError for a path that does not exist, :class:`HookedRun` (a
+    StoreError) for a ``run_id`` of the store's that hooks recorded, StoreError if the
+    store fails (rows written before stay)."""
     cfg = config or ImportConfig()
     run_id = cfg.run_id or default_run_id(paths)
+    if cfg.run_id:
+        _refuse_hooked(store, run_id, cfg.attempt)
     started = time.time_ns()
     with tempfile.TemporaryDirectory(prefix="ranksight-import-") as tmp:
         own = getattr(store, "folder", None)  # a chdb store's folder: never an input
@@ -305,6 +308,35 @@ class ImportState:
             )
             self.writer.counts["ranks"] = len(rows)
         self.world = max(world, int(self.mesh.get("world_size", 0)))
+
+
+class HookedRun(StoreError):
+    """The run an import was asked to add to was recorded by hooks, not imported."""
+
+
+def _refuse_hooked(store: Store, run_id: str, attempt: int) -> None:
+    """Raise :class:`HookedRun` if ``run_id``'s ``attempt`` is in ``store`` and was not
+    made by an import: artifacts of another job (or a second copy of this one's) filed
+    under a hooked run would mix with its steps and change its status for good; adding to
+    an imported run (a job's dumps, then its logs) stays allowed."""
+    try:
+        rows = store.query(
+            "SELECT meta_json FROM runs WHERE run_id = %(r)s AND attempt = %(a)s",
+            {"r": run_id, "a": attempt},
+        )
+    except StoreError:  # no runs table yet: nothing to add to
+        return
+    for meta in rows.get("meta_json", []):
+        try:
+            source = json.loads(meta or "{}").get("source", "")
+        except ValueError:
+            source = ""
+        if source != "import":
+            raise HookedRun(
+                f"run {run_id!r} attempt {attempt} in {store.url} was recorded by ranksight's "
+                "hooks, not imported: importing into it would mix these artifacts with its "
+                "records and change its status; give another --run (or --attempt)"
+            )
 
 
 def _write_run(store: Store, result: ImportResult, state: ImportState, started: int) -> None:
