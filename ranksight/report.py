@@ -193,6 +193,12 @@ def now_and_without(f: Finding) -> str:
             f"(measured; its own time alone suggested {ev.get('estimated_impact_pct')}%)"
         )
     w = ev.get("whatif") or {}
+    if "step_s_now" in w:  # a replay of every recorded step (an imported trace)
+        return (
+            f"a re-simulation of the recorded steps takes {w['step_s_now']} s a step as it "
+            f"ran and {w['step_s_without']} s with its work at its peers' median"
+            + (f" ({w['misfit_pct']}% off the measured step)" if "misfit_pct" in w else "")
+        )
     if "replayed_step_ms_now" in w:
         return (
             f"from step {ev.get('onset_step')}, a re-simulation of its pipeline takes "

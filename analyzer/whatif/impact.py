@@ -25,6 +25,7 @@ from .slice import (
     ReplayFit,
     SliceReplay,
     groups_of,
+    measured_step_ms,
     pipeline_slice,
     replay_fit,
     replay_ranks,
@@ -249,11 +250,21 @@ def replay_impacts(
             continue
         fixed = peer_median_durations(ops, [f.culprit_rank], role)
         without, balanced = replay(fixed), replay(balanced_stages(fixed))
-        out.append(_with_replay(f, now, without, balanced))
+        out.append(_with_replay(f, now, without, balanced, _measured_ms(data.steps, now)))
     return out, []
 
 
-def _with_replay(f: Finding, now: pd.Series, without: pd.Series, balanced: pd.Series) -> Finding:
+def _measured_ms(steps: pd.DataFrame, now: pd.Series) -> float:
+    """The mean measured job step (ms; ``STEPS`` rows, every rank) over the steps the
+    replay replayed (``now``'s index); 0 where the records have none of them."""
+    if steps.empty:
+        return 0.0
+    return measured_step_ms(steps, sorted({int(r) for r in steps["rank"]}), list(now.index))
+
+
+def _with_replay(
+    f: Finding, now: pd.Series, without: pd.Series, balanced: pd.Series, measured_ms: float = 0.0
+) -> Finding:
     s = float(now.sum() / without.sum())
     stage = float(without.sum() / balanced.sum())
     verdict = "worker" if s - 1 >= stage - 1 else "stage imbalance"
@@ -268,7 +279,8 @@ def _with_replay(f: Finding, now: pd.Series, without: pd.Series, balanced: pd.Se
         **f.evidence,
         "whatif": {"slowdown": round(s, 4), "steps": len(now),
                    "step_s_now": round(now.mean() / 1e9, 3),
-                   "step_s_without": round(without.mean() / 1e9, 3), "method": "replay"},
+                   "step_s_without": round(without.mean() / 1e9, 3), "method": "replay",
+                   **_fit_evidence(ReplayFit(float(now.mean()) / 1e6, measured_ms))},
         "worker_or_stage": {"worker_slowdown": round(s, 4), "stage_slowdown": round(stage, 4),
                             "verdict": verdict},
     }  # fmt: skip

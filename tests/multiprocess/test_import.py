@@ -138,6 +138,9 @@ def test_wia_worker_straggler_and_whatif(chdb) -> None:
     assert abs(s - published) / published < 0.05, s
     assert f.evidence["worker_or_stage"]["verdict"] == "worker"
     assert f.evidence["worker_or_stage"]["stage_slowdown"] < 1.1
+    # the replay reproduces the measured step (0.5% off): that, not the impact, is its error
+    misfit = f.evidence["whatif"]["misfit_pct"]
+    assert misfit < 5 and f.evidence["impact_error_pts"] == misfit, f.evidence
 
 
 def test_kineto_healthy_baselines(chdb) -> None:
