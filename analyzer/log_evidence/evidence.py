@@ -181,7 +181,9 @@ def several_nodes(frame: pd.DataFrame) -> str:
     if not nodes.empty:
         return f"the lines say {nodes.iloc[0]['text'][:60]!r}"
     if far := _reached(frame, hosts):
-        return f"NCCL on {hosts[0]} connects to a peer at {far} (another node)"
+        return (
+            f"NCCL on {hosts[0] if hosts else 'a host'} connects to a peer at {far} (another node)"
+        )
     pdsh = frame[frame["kind"].isin(("traceback", "child_failed")) & (frame["host"] != "")]
     if len(pdsh) and any(k == "traceback" or d.get("source") == "deepspeed_launcher"
            for k, d in zip(pdsh["kind"], pdsh["detail"], strict=True)):  # fmt: skip

@@ -74,7 +74,14 @@ def sniff(path: str) -> tuple[str | None, str]:
     except OSError as exc:
         return None, f"cannot read: {exc.strerror or exc}"
     if not head.strip():
-        return None, "empty file"
+        with open(path, "rb") as f:
+            packed = f.read(2) == b"\x1f\x8b"
+        return (
+            None,
+            "a gzip that ends before its first line (damaged or cut short)"
+            if packed
+            else "empty file",
+        )
     text = head.decode("utf-8", errors="replace")
     for fmt in FORMATS:
         got = fmt.recognize(head, text)

@@ -48,3 +48,16 @@ def test_deepspeeds_launcher_killing_workers_after_timeouts_is_the_hangs_consequ
     findings, notes = case_findings("bk4-deepspeed-5066")
     assert [f.kind for f in findings] == ["hang"]
     assert any("the hang's consequence" in n for n in notes)
+
+
+def test_an_nccl_peer_address_with_no_host_seen_says_a_host() -> None:
+    """Found by the fuzz test: a headless NCCL IB warning naming a peer, no host read."""
+    import pandas as pd
+
+    from ranksight.analyzer.log_evidence.evidence import several_nodes
+
+    line = ("[default3]:H100-2:19989:20082 [1] transport/net_ib.cc:1295 0NCCL WARN NET/IB : Got "
+            "completion from peer fe80::966d:ae03:8b:df78%ib0<53249> with error 4, opcode 32564")  # fmt: skip
+    frame = pd.DataFrame([e.row() for e in read_lines([line])])
+    frame["detail"] = [{"category": "ib_completion", "remote": "fe80::1"}] * len(frame)
+    assert "NCCL on a host connects to a peer at fe80::1" in several_nodes(frame)

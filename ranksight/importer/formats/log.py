@@ -63,7 +63,8 @@ class TextLog(Format):
 
         st = self.state
         cut: list[int] = []
-        events = logs.read_file(path, st.shown, cut)
+        damage: list[str] = []
+        events = logs.read_file(path, st.shown, cut, damage)
         named = sorted({e.rank for e in events if e.rank >= 0})
         says_rank = any(e.rank >= 0 or e.group_rank >= 0 or (e.local_rank >= 0 and not _device(e))
                         for e in events)  # fmt: skip
@@ -74,6 +75,8 @@ class TextLog(Format):
                                         detail={"source": "file name"}))  # fmt: skip
             named = [rank]
         one = named[0] if len(named) == 1 else None
+        if damage and not logs.says_something(events):  # nothing readable before the cut
+            raise ValueError(f"the gzip ends before any line that says something: {damage[0]}")
         if not logs.says_something(events):
             st.silent_logs.extend(events)
             return f"skipped: {_why_skipped(events)}", one
@@ -89,6 +92,8 @@ class TextLog(Format):
         long = (
             f"; {counted(cut[0], 'line')} over {mib(logs.LINE_BYTES)} cut to it" if cut[0] else ""
         )
+        if damage:
+            long += f"; the gzip ends early ({damage[0][:80]}): read up to there"
         return said + who + long, one
 
     def finish(self, result) -> None:

@@ -11,6 +11,7 @@ of which a line must hold for the format to look at it. Register it in
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Callable, Iterable
 
 from ranksight.collectors.bounded import Lines
@@ -112,18 +113,48 @@ LINE_BYTES = 1 << 20
 """Longest line read (bytes): a longer one is cut to it (a 1 GiB line takes 1 MiB)."""
 
 
-def read_file(path: str, shown: str = "", cut: list[int] | None = None) -> list[Event]:
+class _UpToDamage:
+    """A gzip stream read up to where it is damaged or cut short: ``readline`` then ends
+    the file instead of raising, and :attr:`damage` says why (a log copied while it was
+    written, or cut to a size limit, still holds the lines before the cut)."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.damage = stream, ""
+
+    def readline(self, size: int = -1) -> bytes:
+        if self.damage:
+            return b""
+        try:
+            return self.stream.readline(size)
+        except (EOFError, OSError, zlib.error) as exc:
+            self.damage = str(exc) or type(exc).__name__
+            return b""
+
+
+def read_file(
+    path: str, shown: str = "", cut: list[int] | None = None, damage: list[str] | None = None
+) -> list[Event]:
     """:func:`read_lines` of the text file at ``path`` (gzip or not; bad bytes replaced;
     each line at most :data:`LINE_BYTES`, the number of longer lines cut appended to
-    ``cut``). Raises OSError if it cannot be read."""
+    ``cut``). A gzip that is damaged or cut short is read up to there, and why it ends
+    is appended to ``damage``. Raises OSError if it cannot be read."""
     with open(path, "rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
-    opener = gzip.open if gz else open
-    with opener(path, "rb") as f:  # a first pass: the width a terminal wrapped the file at
-        widths = wrap_widths(Lines(f, LINE_BYTES))
-    with opener(path, "rb") as f:
-        lines = Lines(f, LINE_BYTES)
-        events = read_lines(lines, shown or path, widths)
+    if not gz:
+        with open(path, "rb") as f:  # a first pass: the width a terminal wrapped the file at
+            widths = wrap_widths(Lines(f, LINE_BYTES))
+        with open(path, "rb") as f:
+            lines = Lines(f, LINE_BYTES)
+            events = read_lines(lines, shown or path, widths)
+    else:
+        with gzip.open(path, "rb") as f:
+            widths = wrap_widths(Lines(_UpToDamage(f), LINE_BYTES))
+        with gzip.open(path, "rb") as f:
+            stream = _UpToDamage(f)
+            lines = Lines(stream, LINE_BYTES)
+            events = read_lines(lines, shown or path, widths)
+        if stream.damage and damage is not None:
+            damage.append(stream.damage)
     if cut is not None:
         cut.append(lines.cut)
     return events
