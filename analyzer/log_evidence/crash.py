@@ -11,6 +11,8 @@ them torchrun observed first is no order, and none is the culprit.
 
 from __future__ import annotations
 
+from ranksight.ground.words import counted
+
 from .evidence import Evidence, finding, keep, ranks_text
 
 TEARDOWN = ("DistBackendError", "watchdog", "Watchdog", "NCCL communicator was aborted",
@@ -22,6 +24,10 @@ NCCL_ERRORS = ("NCCL error", "ncclSystemError", "ncclInternalError", "ncclRemote
                "ncclInvalidUsage", "ncclUnhandledCudaError", "unhandled system error",
                "unhandled cuda error", "remote process exited")  # fmt: skip
 """Words of NCCL's own errors raised as exceptions (nccl.h's ncclResult_t)."""
+
+
+LAUNCHERS = {"mpirun": "the MPI launcher's", "horovodrun": "horovodrun's"}
+"""Whose failure record a ``child_failed`` event is (``detail.source``; torchrun's else)."""
 
 
 def _how(code: int, sig: str) -> str:
@@ -95,9 +101,12 @@ def _crashes(ev: Evidence, coords) -> tuple[list, list[str]]:
     hung = not ev.of("timeout", "status").empty
     srun = ev.where(cf, lambda d: d.get("source") == "srun")
     ds = ev.where(cf, lambda d: d.get("source") == "deepspeed_launcher")
-    cf = cf.drop(srun.index).drop(ds.index)
+    told = ev.where(cf, lambda d: d.get("source") == "agent_signal")
+    cf = cf.drop(srun.index).drop(ds.index).drop(told.index)
     if not cf.empty:
         return _child_failed(ev, cf, hung, coords)
+    if not told.empty and srun.empty and ds.empty:
+        return _stopped_from_outside(told, hung, coords)
     if not ds.empty:
         codes = {int(c) for c in ds["code"] if int(c) != -1}
         if hung and codes <= {-6}:  # the watchdog's abort, then the launcher's tear-down
@@ -106,14 +115,60 @@ def _crashes(ev: Evidence, coords) -> tuple[list, list[str]]:
                         "consequence (DeepSpeed#5066)"]  # fmt: skip
         return _launcher_kills(ds, hung, coords), []
     if not srun.empty:
-        tasks = ", ".join(
-            f"{h}: tasks {d['tasks']}" for h, d in zip(srun["host"], srun["detail"], strict=True)
-        )
-        return [finding("crash", "exit_code", -1, 0.3,
-                        f"crash: srun reports tasks that exited with an error ({tasks[:200]}); "
-                        "srun task ids are not ranks, and many tasks failing at once points at "
-                        "the job's set-up, not one rank", {"suspects": []}, coords)], []  # fmt: skip
+        return [_srun(srun, coords)], []
     return _exceptions(ev, hung, coords)
+
+
+def _stopped_from_outside(told, hung: bool, coords) -> tuple[list, list[str]]:
+    """torchrun's agents received a death signal (``Received 15 death signal, shutting down
+    workers``) and no worker failed before it in the lines: the job was stopped from
+    outside (the scheduler's time limit or preemption, a person, or a job killed for a
+    failure elsewhere), no rank (nvidia-resiliency-ext#18: six agents at 17:39:41). Beside
+    collective timeouts, the stop is their consequence or a cure of them: a note."""
+    sigs = sorted({str(d.get("signal") or "a signal") for d in told["detail"]})
+    agents = told["pid"].nunique() if "pid" in told else len(told)
+    if hung:
+        return [], [f"torchrun's agents received {', '.join(sigs)} and shut their workers down "
+                    "after the timeouts"]  # fmt: skip
+    hosts = sorted({str(h) for h in told["host"] if str(h)})
+    return [finding("crash", "signal", -1, 0.35,
+                    f"crash: torchrun's agent{'s' if agents > 1 else ''} received {', '.join(sigs)} "
+                    "from outside and shut the workers down: the scheduler (a time limit, a "
+                    "preemption), a person, or a job killed for a failure elsewhere; no rank "
+                    "failed first in these lines",
+                    {"suspects": [], "signals": sigs, "agents": int(agents)}, coords,
+                    host=hosts[0] if len(hosts) == 1 else "")], []  # fmt: skip
+
+
+def _srun(srun, coords):
+    """srun's ``srun: error: nid00160: tasks 1408-1418: Aborted`` lines: the tasks that
+    failed (aborted, out of memory, an exit code) before those srun terminated when it
+    tore the step down (``Terminated``: victims, desihub/redrock#100); out of memory where
+    srun or slurmstepd says so (``task 0: Out Of Memory``, ``Detected 1 oom-kill
+    event``). srun task ids are ranks only where srun starts the ranks itself, not under
+    torchrun (one task a node), so no rank is named."""
+    whats = [str(d.get("what", "")) for d in srun["detail"]]
+    failed = [i for i, w in enumerate(whats) if w != "Terminated"]
+    oom = any("Out Of Memory" in w for w in whats)
+    rows = srun.iloc[failed] if failed else srun
+    tasks = "; ".join(
+        f"{h or 'a node'}: tasks {d['tasks']} {d.get('what', '')}".replace("tasks  ", "")
+        for h, d in zip(rows["host"], rows["detail"], strict=True) if d.get("tasks")
+    )  # fmt: skip
+    hosts = sorted({str(h) for h in rows["host"] if str(h)})
+    torn = len(whats) - len(failed)
+    after = (
+        f"; {counted(torn, 'line')} of tasks srun terminated after it (the step's tear-down)"
+        if torn
+        else ""
+    )
+    why = ("ran out of memory: the step's memory limit (its cgroup) killed them, not one rank's "
+           "hardware" if oom else "failed first: their own output says why")  # fmt: skip
+    return finding("crash", "out_of_memory" if oom else "exit_code", -1, 0.35 if len(hosts) == 1 else 0.3,
+                   f"crash: srun reports tasks that {why} ({tasks[:200] or 'no task named'}){after}; "
+                   "srun task ids are ranks only where srun starts the ranks itself (not under "
+                   "torchrun)", {"suspects": [], "hosts": hosts}, coords,
+                   host=hosts[0] if len(hosts) == 1 else "")  # fmt: skip
 
 
 def _launcher_kills(ds, hung: bool, coords) -> list:
@@ -205,8 +260,9 @@ def _child_failed(ev: Evidence, cf, hung: bool, coords) -> tuple[list, list[str]
                    "each rank's own traceback, not in these lines")  # fmt: skip
         kind, cause, culprit, conf, rank = "crash", "exit_code", -1, 0.3, -1
     else:
+        launcher = LAUNCHERS.get(str(e["detail"].get("source", "")), "torchrun's")
         summary = (
-            f"crash: {who}{host} {_how(code, sig)}: torchrun's first observed failure{note}{after}"
+            f"crash: {who}{host} {_how(code, sig)}: {launcher} first observed failure{note}{after}"
         )
         kind, cause, culprit = "crash", "signal" if sig else "exit_code", rank
         conf = 0.6 if rank >= 0 and not note else 0.45 if rank >= 0 else 0.35

@@ -23,6 +23,7 @@ from . import (
     gpu,
     horovod,
     launcher,
+    mpi,
     nccl,
     presence,
     pystacks,
@@ -50,6 +51,7 @@ LINE_FORMATS: tuple = (
     horovod,
     exceptions,
     launcher,
+    mpi,
     pystacks,
     presence,
 )

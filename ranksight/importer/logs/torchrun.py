@@ -18,8 +18,20 @@ from ranksight.importer.torchrun_log import torchrun_failures
 from .events import Event
 from .lines import LogLine
 
-MARKERS = ("srun: error", "exitcode", "Root Cause", "ChildFailedError", "Failures:", "local_rank", "error_file",
+MARKERS = ("srun: error", "oom-kill event", "oom_kill event", "death signal", "exitcode", "Root Cause", "ChildFailedError", "Failures:", "local_rank", "error_file",
            "traceback", "host", "time", "rank", "[")  # fmt: skip
+_DEATH = re.compile(
+    r"(?:^[IWE]\d{4} [\d:.]+ (?P<pid>\d+) .*)?Received (?:Signals\.)?(?P<sig>SIG[A-Z]+|\d+) "
+    r"death signal, shutting down workers"
+)
+"""torchrun's agent told to stop from outside (nvidia-resiliency-ext#18: ``W0227 17:39:41.936000
+293817 .../agent/server/api.py:719] Received 15 death signal, shutting down workers``; torch
+2.x: ``Received Signals.SIGTERM death signal``): the scheduler's time limit or preemption,
+a person, or a job killed for another node's failure; the agent's pid where the glog
+prefix gives it."""
+_SLURM_OOM = re.compile(r"slurmstepd: error: Detected \d+ oom[-_]kill event")
+"""SLURM's cgroup memory limit killing a step's processes (brain-score vision#950:
+``slurmstepd: error: Detected 1 oom-kill event(s) in StepId=37205392.0``)."""
 _SRUN = re.compile(r"srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+)")
 _OLD = re.compile(
     r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)"
@@ -61,6 +73,20 @@ class Reader:
             self.old.append(Event("child_failed", host=m.group("host"), line=line.number,
                                   code=code, text=line.text,
                                   detail={"source": "srun", "tasks": m.group("tasks"),
+                                          "what": m.group("what").strip()[:80],
+                                          "root_cause": False, "signal": ""}))  # fmt: skip
+        if m := _DEATH.search(line.text):
+            sig = m.group("sig")
+            number = int(sig) if sig.isdigit() else -1
+            name = signal_name(-number) if number > 0 else sig
+            self.old.append(Event("child_failed", host=line.host, line=line.number,
+                                  pid=int(m.group("pid")) if m.group("pid") else -1,
+                                  code=-number if number > 0 else -1, text=line.text,
+                                  detail={"source": "agent_signal", "signal": name,
+                                          "root_cause": False}))  # fmt: skip
+        if _SLURM_OOM.search(line.text):
+            self.old.append(Event("child_failed", host=line.host, line=line.number, text=line.text,
+                                  detail={"source": "srun", "tasks": "", "what": "Out Of Memory",
                                           "root_cause": False, "signal": ""}))  # fmt: skip
         t = line.text.strip()
         if re.match(r"(?:\[\d+\]:|time|host|rank|exitcode|error_file|traceback|Root Cause|"
