@@ -58,20 +58,22 @@ class Reader:
     def feed(self, line: LogLine) -> None:
         """Read one line (see the module doc)."""
         t = line.text
-        base = dict(host=line.host, line=line.number, text=t.strip())
         if m := _NOTICED.search(t):
             sig = int(m.group("sig"))
             node = m.group("node").rstrip(".")
+            host = line.host or (node if "xxx" not in node else "")  # a masked node: none
             self.out.append(Event("child_failed", rank=int(m.group("rank")), pid=_int(m.group("pid")),
-                                  code=-sig, **{**base, "host": line.host or (node if "xxx" not in node else "")},
+                                  code=-sig, host=host, line=line.number, text=t.strip(),
                                   detail={"source": "mpirun", "signal": _signal_name(sig),
                                           "root_cause": True}))  # fmt: skip
         elif m := _HOROVODRUN.search(t):
-            code = int(m.group("code"))
-            sig = _signal_name(code - 128) if code > 128 else ""
-            self.out.append(Event("child_failed", rank=int(m.group("rank")), code=-(code - 128) if sig else code,
-                                  **base, detail={"source": "horovodrun", "signal": sig,
-                                                  "exit_status": code}))  # fmt: skip
+            status = int(m.group("code"))
+            name = _signal_name(status - 128) if status > 128 else ""
+            self.out.append(Event("child_failed", rank=int(m.group("rank")),
+                                  code=-(status - 128) if name else status, host=line.host,
+                                  line=line.number, text=t.strip(),
+                                  detail={"source": "horovodrun", "signal": name,
+                                          "exit_status": status}))  # fmt: skip
         elif f := _FIRST.search(t):
             self.first = {"line": line.number, "host": line.host}
             self._block(t[f.end() :], line)  # a wrapped line may hold the block too
