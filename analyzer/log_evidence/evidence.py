@@ -263,6 +263,8 @@ def evidence_of(events: pd.DataFrame) -> Evidence:
         if int(e["code"]) > 0 and e["detail"].get("source") == "fr_trace":
             sizes.append((int(e["code"]), "fr_trace's expected ranks"))
     top = max(present | _named_inside(frame), default=-1) + 1
+    if top == 1 and (frame["kind"] == "timeout").any():  # a collective that waits has a peer
+        top, ev.bound = 2, "as a collective that timed out has another member"
     group = _group_size(frame)
     if group:
         n, default = group

@@ -8,6 +8,8 @@ pipe" names the *other* end, which most often went away first (a crash on that h
 
 from __future__ import annotations
 
+import re
+
 from ..findings import Finding
 from .evidence import Evidence, finding, ranks_text
 
@@ -123,6 +125,32 @@ lines): weaker than a CUDA error the same lines report (nccl#629's illegal memor
 on the same host leads; the network path failing first is the next finding)."""
 
 
+IB_STATUS = {5: "IBV_WC_WR_FLUSH_ERR: work flushed after the connection had already failed",
+             10: "IBV_WC_REM_ACCESS_ERR: the remote end refused the access",
+             12: "IBV_WC_RETRY_EXC_ERR: retries ran out, the peer or the path to it did not answer",
+             13: "IBV_WC_RNR_RETRY_EXC_ERR: the peer had no receive posted in time"}  # fmt: skip
+"""ibverbs' work-completion statuses NCCL prints (``with status=5``, infiniband/verbs.h)."""
+
+
+def _completion(rows, remote: list[str]) -> str:
+    """A network finding's text for NCCL's ``NET/IB: Got completion from peer 10.0.1.23<34696>
+    with status=5 ...`` (DeepSpeed#6875): the connection to that peer failed; the process
+    that reports it is its other end, not the suspect."""
+    text = str(rows.iloc[0]["text"])
+    status = int(m.group(1)) if (m := re.search(r"status=(\d+)", text)) else -1
+    seen = ", ".join(local_gpus(rows)[:4]) or "a process"
+    said = (
+        f" ({IB_STATUS[status]})"
+        if status in IB_STATUS
+        else f" (status {status})"
+        if status >= 0
+        else ""
+    )
+    return (f"network: the InfiniBand connection to {', '.join(remote[:3])} failed{said}, seen "
+            f"by NCCL on {seen}: that peer, or the link or NIC between them, is the suspect, "
+            "not the process that reports it")  # fmt: skip
+
+
 def _net_return(rows) -> str:
     """A network finding's text for NCCL's error ways out through its network transport
     or proxy thread (nccl#629: ``transport/net.cc:389 -> 2`` ... ``proxy.cc:452 -> 2 [Proxy
@@ -171,6 +199,12 @@ def _network(ev: Evidence, coords) -> list:
             host, rank = (remote[0] if len(remote) == 1 else ""), -1
         elif all(d.get("return") for d in rows["detail"]):
             summary, host, rank = _net_return(rows), str(e["host"]), -1
+        elif cat == "ib_completion" and remote:
+            summary, host, rank = (
+                _completion(rows, remote),
+                (remote[0] if len(remote) == 1 else ""),
+                -1,
+            )
         else:
             what = {"cuda": "GPU error", "cuda_oom": "crash", "other": "crash"}.get(cat, "network")
             summary = (f"{what}: NCCL on {', '.join(local_gpus(rows)[:4]) or ', '.join(hosts[:4]) or 'a host'} warns: "

@@ -61,3 +61,21 @@ def test_an_nccl_peer_address_with_no_host_seen_says_a_host() -> None:
     frame = pd.DataFrame([e.row() for e in read_lines([line])])
     frame["detail"] = [{"category": "ib_completion", "remote": "fe80::1"}] * len(frame)
     assert "NCCL on a host connects to a peer at fe80::1" in several_nodes(frame)
+
+
+def test_one_rank_timing_out_in_a_collective_means_a_world_of_two_at_least() -> None:
+    """stanford_alpaca#65: only rank 0 speaks, timing out in all_gather #2778; it said
+    'world_size: 1', which no collective that waits can have."""
+    from ranksight.analyzer.log_evidence.evidence import evidence_of
+    from tests.helpers.realworld import case_events
+
+    ev = evidence_of(case_events("bk6-alpaca65-fsdp-rank0only"))
+    assert (ev.world, ev.world_exact) == (2, False) and "another member" in ev.bound
+
+
+def test_an_ib_error_completion_names_the_peer_not_the_reporter() -> None:
+    """DeepSpeed#6875: ``NET/IB: Got completion from peer 10.0.1.23<34696> with status=5``
+    on host 50428e4af543, GPU 4: the finding was titled with the reporter's host."""
+    (f, *_) = case_findings("bk6-ds6875-ib-status5")[0]
+    assert (f.kind, f.host, f.culprit_rank) == ("network", "10.0.1.23", -1)
+    assert "IBV_WC_WR_FLUSH_ERR" in f.summary and "not the process that reports it" in f.summary
