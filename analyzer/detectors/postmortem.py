@@ -36,10 +36,26 @@ from .base import Detector, RunContext, Stage
 if TYPE_CHECKING:
     from ..queries import RunData
 
+GPU_SYNC = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaStreamQuery",
+            "_local_scalar_dense", "synchronize (torch/cuda", "cudaMemcpy")  # fmt: skip
+"""A host thread waiting for its GPU's stream (``torch.cuda.synchronize``, a tensor's
+``.item()``): in a hang, most often for a collective's kernel that does not finish."""
 STACK_CAUSES = (
     ("data_loader", ("torch/utils/data", "dataloader", "_next_data", "DataLoader")),
     ("checkpoint", ("checkpoint", "torch/serialization", "save_state_dict")),
-    ("communication", ("distributed_c10d", "all_reduce", "barrier", "all_gather", "broadcast")),
+    (
+        "communication",
+        (
+            "distributed_c10d",
+            "all_reduce",
+            "barrier",
+            "all_gather",
+            "broadcast",
+            "allreduce",
+            "allgather",
+            *GPU_SYNC,
+        ),
+    ),
     ("gc", ("gc.collect",)),
 )
 """Stack keywords -> cause, first match wins (innermost frames first)."""
@@ -112,6 +128,8 @@ def stack_cause(summary: str) -> str:
     for cause, words in STACK_CAUSES:
         if any(w in summary for w in words):
             return cause
+    if "queue.py" in summary and "__next__" in summary:  # a prefetching data iterator's get
+        return "data_loader"
     return "stuck"
 
 

@@ -119,6 +119,27 @@ def _crashes(ev: Evidence, coords) -> tuple[list, list[str]]:
     return _exceptions(ev, hung, coords)
 
 
+LOADER_SIGNALS = {"Killed": "SIGKILL, most often the OOM killer: the workers' memory (prefetch, "
+                  "pinned buffers, the dataset's copies)", "Aborted": "SIGABRT: an abort inside "
+                  "the worker (a C++ library's, e.g. 'LLVM ERROR')", "Segmentation fault":
+                  "SIGSEGV: a native library of the dataset's"}  # fmt: skip
+"""What a data-loader worker's death by each signal word means."""
+
+
+def _loader_death(e, ranks: list[int], rank: int, hung: bool, coords):
+    """A rank's data-loader worker died (``DataLoader worker (pid 9382) is killed by
+    signal: Killed.``): the rank failed in its input pipeline, not in training or
+    communication (LlamaFactory#8043, Pai-Megatron-Patch#583)."""
+    sig = str(e["detail"].get("signal", ""))
+    how = f"was killed by {LOADER_SIGNALS.get(sig, sig)}" if sig else "exited unexpectedly"
+    who = ranks_text(ranks) if ranks else "a rank"
+    return finding("crash", "data_loader", rank, 0.5 if rank >= 0 else 0.3,
+                   f"crash: {who}'s DataLoader worker {how}; the rank then failed in its input "
+                   "pipeline, not in training or communication"
+                   + (", and the others waited for it" if hung else ""),
+                   {"exception": e["op"], "suspects": ranks, "signal": sig}, coords)  # fmt: skip
+
+
 def _stopped_from_outside(told, hung: bool, coords) -> tuple[list, list[str]]:
     """torchrun's agents received a death signal (``Received 15 death signal, shutting down
     workers``) and no worker failed before it in the lines: the job was stopped from
@@ -329,6 +350,8 @@ def _exceptions(ev: Evidence, hung: bool, coords) -> tuple[list, list[str]]:
     who = ranks_text(ranks) if ranks else "a process (rank not said)"
     while_ = ", while the others waited in their collectives" if hung else ""
     oom = bool(e["detail"].get("oom"))
+    if e["detail"].get("data_loader"):
+        return [_loader_death(e, ranks, rank, hung, coords)], []
     if oom and rank >= 0 and bool(e["mapped"]):
         dev = str(e["detail"].get("device", "")).replace("cuda:", "GPU ")
         who = f"rank {rank} (its message names {dev or 'its GPU'}, taken as its rank on the one node seen)"

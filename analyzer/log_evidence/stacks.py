@@ -8,7 +8,7 @@ says so. A dump of a rank waiting in a collective says it is a victim.
 
 from __future__ import annotations
 
-from ..detectors.postmortem import stack_cause
+from ..detectors.postmortem import GPU_SYNC, stack_cause
 from .evidence import Evidence, finding, ranks_text
 
 MIN_COMPARED = 3
@@ -52,13 +52,25 @@ def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
         top = frames[0] if frames else "no frames"
         culprit = ranks[0] if len(ranks) == 1 and cause != "communication" else -1
         conf = 0.4 if cause == "data_loader" else 0.25
+        says = SAYS.get(cause, SAYS["stuck"])
+        if cause == "communication" and _gpu_sync(frames):
+            says = ("waiting on its GPU (a stream sync: the work queued before it, most often "
+                    "a collective's kernel, does not finish)")  # fmt: skip
         out.append(finding("hang", cause, culprit, conf,
                            f"hang: {who} {'is' if len(dumps) == 1 else 'are'} {state} in {top}: "
-                           f"{SAYS.get(cause, SAYS['stuck'])} "
+                           f"{says} "
                            "(one process's view: the other ranks' stacks would say more)",
                            {"frames": list(frames), "pids": pids,
                             "suspects": ranks if cause != "communication" else []}, coords))  # fmt: skip
     return out, []
+
+
+def _gpu_sync(frames) -> bool:
+    """Whether a stack waits on its GPU's stream rather than in a collective's call."""
+    text = " ".join(frames)
+    collective = ("distributed_c10d", "all_reduce", "allreduce", "all_gather", "allgather",
+                  "broadcast", "barrier")  # fmt: skip
+    return any(w in text for w in GPU_SYNC) and not any(w in text for w in collective)
 
 
 def _odd_out(st, coords) -> list:

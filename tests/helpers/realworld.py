@@ -32,7 +32,7 @@ KIND_ALIASES = {
     "network": {"hardware"},
     "hardware": {"network"},
     "oom": {"crash"},
-    "data_loader": {"hang"},
+    "data_loader": {"hang", "crash"},  # a stall, or a worker's death (cause data_loader)
 }
 """Answer kinds and the finding kinds that say the same."""
 ALLOWED = ("right", "undecided")

@@ -26,6 +26,7 @@ from . import (
     mpi,
     nccl,
     presence,
+    pydumps,
     pystacks,
     ray,
     rendezvous,
@@ -53,6 +54,7 @@ LINE_FORMATS: tuple = (
     launcher,
     mpi,
     pystacks,
+    pydumps,
     presence,
 )
 """Every line format, each a module with ``parse`` or ``Reader`` and ``MARKERS``."""

@@ -23,6 +23,12 @@ _OOM = re.compile(r"CUDA out of memory\.(?:.*?\bGPU (?P<gpu>\d+)\b)?")
 memory. Tried to allocate 564.00 MiB. GPU 1 has a total capacty of 22.20 GiB``, litgpt#303):
 ``detail.oom``, and the GPU index it names as ``detail.device`` (and as the local rank of a
 line that says no rank, as NCCL's ``[N]`` is read)."""
+_LOADER = re.compile(
+    r"DataLoader worker \(pids? [^)]*\) (?:is killed by signal: (?P<sig>[\w ]+?)\.?\s*$|exited unexpectedly)"
+)
+"""A rank's data-loader worker died (``RuntimeError: DataLoader worker (pid 9382) is killed
+by signal: Killed.``, Pai-Megatron-Patch#583; ``... exited unexpectedly``): ``detail
+.data_loader``, and the signal's word where said."""
 _TRACEBACK = "Traceback (most recent call last):"
 MARKERS = ("Error", "Exception", "Interrupt", "Traceback (m")
 MAX_PER_RANK = 4
@@ -55,6 +61,10 @@ class Reader:
         self.seen[line.rank] = self.seen.get(line.rank, 0) + 1
         detail: dict = {"message": (m.group("msg") or "")[:200]}
         local = line.local_rank
+        if loader := _LOADER.search(line.text):
+            detail["data_loader"] = True
+            if loader.group("sig"):
+                detail["signal"] = loader.group("sig")
         if oom := _OOM.search(line.text):
             detail["oom"] = True
             if oom.group("gpu") is not None:

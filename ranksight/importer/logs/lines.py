@@ -30,6 +30,10 @@ from dataclasses import dataclass
 _RANK = re.compile(r"\[?rank(?P<rank>\d+)\]:\s?", re.I)
 _RANK_INSIDE = re.compile(r"\[rank(?P<rank>\d+)\]:")
 _LOCAL = re.compile(r"\[default(?P<local>\d+)\]:\s?")
+_RAY_RANK = re.compile(r"\(\w+\[rank=(?P<rank>\d+)\] pid=\d+(?:, ip=(?P<ip>[\d.]+))?\)\s*")
+"""A Ray actor that names its rank (NeMo-RL#2937: ``(MegatronPolicyWorker[rank=8]
+pid=3294808, ip=10.109.19.209)``): the rank of the training job's workers, its node's
+address the host."""
 _MPI = re.compile(r"\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:\s?")
 _LEVELS = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)"
 """Python logging's level names: ``name: [ERROR]`` is a logger's name (torch >= 2.1's
@@ -86,6 +90,13 @@ def split_prefix(raw: str) -> tuple[str, int, int, str]:
     """(text, rank, local_rank, host) of one physical line (see the module table)."""
     text, rank, local, host = raw.rstrip("\r\n"), -1, -1, ""
     for _ in range(6):
+        if ray := _RAY_RANK.match(text):
+            rank, host, text = (
+                int(ray.group("rank")),
+                host or ray.group("ip") or "",
+                text[ray.end() :],
+            )
+            continue
         m = _LEAD.match(text)
         if m and m.end() > 0:
             host = host or (m.group("host") or m.group("host_ts") or "")

@@ -32,6 +32,14 @@ def _main_thread(threads: list[dict]) -> dict | None:
     return (named or threads)[0] if named or threads else None
 
 
+def _frame(f: dict) -> str:
+    """``name (file:line)``; the line left out where unknown (0), the file too (native
+    frames of a gdb backtrace may have neither)."""
+    file = f.get("short_filename") or f.get("filename") or ""
+    where = f"{file}:{f['line']}" if file and f.get("line") else file
+    return f"{f.get('name', '?')} ({where})" if where else str(f.get("name", "?"))
+
+
 def event_of(
     rank: int | None, pid: int, threads: list[dict], file: str, source: str = "file"
 ) -> Event:
@@ -40,11 +48,7 @@ def event_of(
     ``rank`` as the file name or the lines say (-1: not said); ``detail.source``: "file" (a
     dump of its own, also a ``stacks`` row) or "log" (pasted among a log's lines)."""
     main = _main_thread(threads) or {}
-    frames = [
-        f"{f.get('name', '?')} ({f.get('short_filename') or f.get('filename', '?')}:{f.get('line', 0)})"
-        for f in (main.get("frames") or [])[:12]
-        if isinstance(f, dict)
-    ]
+    frames = [_frame(f) for f in (main.get("frames") or [])[:12] if isinstance(f, dict)]
     return Event("stack", rank=-1 if rank is None else rank, pid=pid, file=file,
                  detail={"frames": frames, "active": bool(main.get("active")),
                          "threads": len(threads), "source": source},
