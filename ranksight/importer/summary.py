@@ -7,8 +7,9 @@ from ranksight.ground.words import counted
 
 ARTIFACTS = (
     "text logs (consoles, job logs, one rank's log, dmesg: watchdog timeouts, desync "
-    "reports, torchrun summaries, NCCL_DEBUG, fr_trace/RAS output, GPU errors), Flight "
-    "Recorder dumps, Kineto traces, py-spy dumps, What-if Analysis parquet traces"
+    "reports, torchrun/MPI/SLURM summaries, NCCL_DEBUG, fr_trace/RAS output, GPU errors, "
+    "faulthandler and gdb stacks), Flight Recorder dumps, Kineto traces, py-spy dumps, "
+    "What-if Analysis parquet traces"
 )
 """What ``import`` reads (see :mod:`ranksight.importer.sources`)."""
 
