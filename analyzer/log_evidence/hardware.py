@@ -18,7 +18,7 @@ GPU_CONFIDENCE = {"xid": 0.8, "ecc": 0.8, "nvml": 0.8, "aer": 0.7, "cuda": 0.4, 
 a corrected AER error or a CUDA error an application can cause count lower)."""
 NET_CONFIDENCE = {"ib_async": 0.6, "ib_completion": 0.5, "ib_verbs": 0.45, "net": 0.45,
                   "net_mismatch": 0.4, "remote_closed": 0.35, "connect_failed": 0.35, "proxy_call": 0.35, "cuda_oom": 0.45, "cuda": 0.4,
-                  "other": 0.3}  # fmt: skip
+                  "launch": 0.45, "other": 0.3}  # fmt: skip
 NCCL_ERRORS = {
     "remote": (
         "network",
@@ -151,6 +151,31 @@ def _completion(rows, remote: list[str]) -> str:
             "not the process that reports it")  # fmt: skip
 
 
+LAUNCH_ERRORS = {
+    "Duplicate GPU detected": "two or more ranks were given one GPU (CUDA_VISIBLE_DEVICES, "
+    "the local rank's device, a launcher's GPU count)",
+    "has already checked in": "two processes were given one rank (a launcher started twice, "
+    "or RANK/NODE_RANK set alike on two nodes)",
+    "no socket interface found": "NCCL found no network interface it may use "
+    "(NCCL_SOCKET_IFNAME names none that is up, or the container has only loopback)",
+}
+"""NCCL's own verdicts on a job's launch (horovod#3929, Lightning#14986, MambaTree#14)."""
+
+
+def _launch(rows) -> str:
+    """A finding's text for NCCL refusing a job's launch: the configuration, not a rank,
+    and not the processes that say so."""
+    text = str(rows.iloc[0]["text"])
+    why = next((v for k, v in LAUNCH_ERRORS.items() if k in text), "a launch error")
+    if "no socket interface" in text:
+        return (f"network at start-up: {why} ({text[:100]}): the network configuration of the "
+                "host that says so is at fault, not the training")  # fmt: skip
+    return (
+        f"crash at start-up: NCCL refused the job's set-up: {why} ({text[:100]}); the "
+        "launch configuration is at fault, not a rank, and not the processes that report it"
+    )
+
+
 def _net_return(rows) -> str:
     """A network finding's text for NCCL's error ways out through its network transport
     or proxy thread (nccl#629: ``transport/net.cc:389 -> 2`` ... ``proxy.cc:452 -> 2 [Proxy
@@ -172,8 +197,8 @@ def _network(ev: Evidence, coords) -> list:
         return out
     cats = w.assign(cat=[d.get("category", "other") if k == "nccl_warn" else "remote_closed"
                          for k, d in zip(w["kind"], w["detail"], strict=True)])  # fmt: skip
-    for cat in ("ib_async", "ib_completion", "ib_verbs", "net", "net_mismatch", "remote_closed",
-                "connect_failed", "proxy_call", "cuda_oom", "cuda", "other"):  # fmt: skip
+    for cat in ("launch", "ib_async", "ib_completion", "ib_verbs", "net", "net_mismatch",
+                "remote_closed", "connect_failed", "proxy_call", "cuda_oom", "cuda", "other"):  # fmt: skip
         rows = cats[cats["cat"] == cat]
         if rows.empty:
             continue
@@ -197,6 +222,10 @@ def _network(ev: Evidence, coords) -> list:
         elif cat == "connect_failed":
             summary = _unreachable(rows, hosts, remote)
             host, rank = (remote[0] if len(remote) == 1 else ""), -1
+        elif cat == "launch":  # the configuration's; a missing interface is the reporter's host's
+            own = any("no socket interface" in str(t) for t in rows["text"])
+            summary, host, rank = _launch(rows), (hosts[0] if own and len(hosts) == 1 else ""), -1
+            ranks = ranks if own else []
         elif all(d.get("return") for d in rows["detail"]):
             summary, host, rank = _net_return(rows), str(e["host"]), -1
         elif cat == "ib_completion" and remote:
@@ -218,9 +247,15 @@ def _network(ev: Evidence, coords) -> list:
             stated = sorted({int(r) for r, m in zip(rows["rank"], rows["mapped"], strict=True)
                              if int(r) >= 0 and not m})  # fmt: skip
             rank = stated[0] if len(stated) == 1 else -1
-        kind = "crash" if cat in ("cuda_oom", "cuda", "remote_closed", "other") else "network"
+        kind = (
+            "crash"
+            if cat in ("cuda_oom", "cuda", "remote_closed", "other", "launch")
+            else "network"
+        )
+        if cat == "launch" and any("no socket interface" in str(t) for t in rows["text"]):
+            kind = "network"
         cause = {"cuda_oom": "out_of_memory", "cuda": "cuda_error", "remote_closed": "peer_gone",
-                 "other": "nccl_error"}.get(cat, "network")  # fmt: skip
+                 "other": "nccl_error", "launch": "nccl_error"}.get(cat, "network")  # fmt: skip
         returns = all(d.get("return") for d in rows["detail"])
         out.append(finding(kind, cause, rank,
                            RETURN_CONFIDENCE if returns else NET_CONFIDENCE[cat], summary,

@@ -47,7 +47,7 @@ def detect(ev: Evidence, coords) -> tuple[list, list[str]]:
                            f"for {ranks_text(roots)} to publish the NCCL unique id of a new "
                            "communicator: it never reached that communicator's creation (stuck "
                            "before it, or dead)", {"suspects": roots, "waiting": waiting}, coords))  # fmt: skip
-    out += _key_waits(ev, init, coords) + _gloo_connect(init, coords)
+    out += _key_waits(ev, init, coords) + _gloo_connect(init, coords) + _port_taken(init, coords)
     rdzv = ev.where(init, lambda d: d.get("category") == "rendezvous")
     closed = ev.where(rdzv, lambda d: d.get("error") == "RendezvousClosedError")
     if not closed.empty:
@@ -113,3 +113,21 @@ def _gloo_connect(init, coords) -> list:
                     f"({why}): a peer that never came up, or the network between them (the "
                     "interface gloo chose: GLOO_SOCKET_IFNAME, a firewall)",
                     {"suspects": []}, coords)]  # fmt: skip
+
+
+def _port_taken(init, coords) -> list:
+    """``The server socket has failed to listen on [::]:47531 (errno: 98 - Address already in
+    use)`` (pytorch#85604): the store could not be started on its port, so no worker could
+    join it: another job or a leftover process holds MASTER_PORT, or the script starts a
+    store of its own beside the launcher's. No rank is at fault."""
+    taken = (
+        init[[d.get("category") == "store_listen" for d in init["detail"]]] if len(init) else init
+    )
+    if taken.empty:
+        return []
+    addrs = sorted({str(d.get("address")) for d in taken["detail"]})
+    return [finding("network", "rendezvous", -1, 0.45,
+                    f"network at start-up: the c10d store could not listen on {', '.join(addrs[:3])} "
+                    "(address already in use): another job or a leftover process holds that port, "
+                    "or the script starts a second store beside the launcher's; no rank is at fault",
+                    {"addresses": addrs, "suspects": []}, coords)]  # fmt: skip

@@ -41,7 +41,14 @@ from .lines import LogLine
 _STORE_WAIT = re.compile(r"Timed out after (?P<s>\d+) seconds waiting for (?:clients|workers)\. "
                          r"(?P<k>\d+)/(?P<n>\d+) (?:clients|workers) joined")  # fmt: skip
 _CONNECT = re.compile(r"client socket has (?:timed out after \d+s while trying to connect|failed "
-                      r"to connect) to \(?\[?(?P<addr>[\w.:\-\]\[]+?)\]?(?:, |:)(?P<port>\d+)\)?")  # fmt: skip
+                      r"to connect) to (?:\[(?:::ffff:)?(?P<v6>[^\]]+)\]:|\(?(?P<addr>[\w.\-]+)(?:, |:))"
+                      r"(?P<port>\d+)\)?")  # fmt: skip
+"""A client that cannot reach the store: ``... to (node1, 29500)``, ``... to host:29500``,
+``... to [::ffff:0.104.99.143]:47389`` (an IPv4 address in IPv6 form, Open-Sora#667)."""
+_LISTEN = re.compile(r"server socket has failed to (?:listen on|bind to) (?P<addr>\S+?)"
+                     r" \(errno: 98 - Address already in use\)")  # fmt: skip
+"""The store's port is taken (pytorch#85604: ``The server socket has failed to listen on
+[::]:47531 (errno: 98 - Address already in use).``)."""
 _UNIQUE_ID = re.compile(r"\[(?P<rank>\d+)\] is setting up NCCL communicator and retrieving "
                         r"ncclUniqueId from \[(?P<root>\d+)\]")  # fmt: skip
 _RDZV = re.compile(r"(?P<err>RendezvousTimeoutError|RendezvousClosedError|RendezvousConnectionError"
@@ -55,7 +62,7 @@ _SOCKET_WAIT = re.compile(r"waitForInput: socket SocketImpl\(.*?remote=\[(?:::ff
 _GLOO_CONNECT = re.compile(r"Gloo connectFullMesh failed with (?P<why>.*)")
 _GLOO_SIZE = re.compile(r"enforce fail at [^\]]*gloo/transport/\w+/pair\.cc:\d+\] "
                         r"op\.preamble\.length <= op\.nbytes\. (?P<got>\d+) vs (?P<want>\d+)")  # fmt: skip
-MARKERS = ("waiting for clients", "waiting for workers", "client socket", "Timed out waiting",
+MARKERS = ("waiting for clients", "waiting for workers", "client socket", "server socket", "Timed out waiting",
            "gloo/transport", "ncclUniqueId", "Rendezvous", "wait timeout", "waitForInput",
            "connectFullMesh")  # fmt: skip
 
@@ -72,7 +79,10 @@ def parse(line: LogLine) -> list[Event]:
     if m := _CONNECT.search(t):
         return [Event("init_failure", **base,
                       detail={"category": "store_connect",
-                              "address": f"{m.group('addr')}:{m.group('port')}"})]  # fmt: skip
+                              "address": f"{m.group('v6') or m.group('addr')}:{m.group('port')}"})]  # fmt: skip
+    if m := _LISTEN.search(t):
+        return [Event("init_failure", **base, detail={"category": "store_listen",
+                                                      "address": m.group("addr")})]  # fmt: skip
     if m := _UNIQUE_ID.search(t):
         return [Event("init_failure", **{**base, "rank": int(m.group("rank"))},
                       peer=int(m.group("root")), detail={"category": "unique_id"})]  # fmt: skip
