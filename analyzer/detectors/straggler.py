@@ -68,14 +68,12 @@ def run_share(s: SlowRank, run_ns: float, wall: pd.Series) -> float:
     return share
 
 
-def _worth_reporting(
-    culprits: list, run_ns: float, notes: list[str], wall: pd.Series | None = None
-) -> list:
-    """The culprits that cost at least MIN_RUN_SHARE of ``run_ns`` (:func:`run_share`);
-    the others are kept as notes."""
+def _worth_reporting(culprits: list, run_ns: float, notes: list[str], wall: pd.Series) -> list:
+    """The culprits that cost at least MIN_RUN_SHARE of ``run_ns`` (:func:`run_share`,
+    ``wall``: analyzed step -> job step, ns); the others are kept as notes."""
     kept = []
     for s in culprits:
-        share = run_share(s, run_ns, wall if wall is not None else pd.Series(dtype=float))
+        share = run_share(s, run_ns, wall)
         if share >= MIN_RUN_SHARE:
             kept.append(s)
         else:

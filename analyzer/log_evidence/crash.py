@@ -112,7 +112,7 @@ def _crashes(ev: Evidence, coords) -> tuple[list, list[str]]:
         if hung and codes <= {-6}:  # the watchdog's abort, then the launcher's tear-down
             return [], ["DeepSpeed's launcher stopped the workers after the collective "
                         "timeouts (no return code but the watchdog's SIGABRT): the hang's "
-                        "consequence (DeepSpeed#5066)"]  # fmt: skip
+                        "consequence"]  # fmt: skip
         return _launcher_kills(ds, hung, coords), []
     if not srun.empty:
         return [_srun(srun, coords)], []
@@ -173,7 +173,7 @@ def _srun(srun, coords):
     oom = any("Out Of Memory" in w for w in whats)
     rows = srun.iloc[failed] if failed else srun
     tasks = "; ".join(
-        f"{h or 'a node'}: tasks {d['tasks']} {d.get('what', '')}".replace("tasks  ", "")
+        f"{h or 'a node'}: tasks {d['tasks']} {d.get('what', '')}"
         for h, d in zip(rows["host"], rows["detail"], strict=True) if d.get("tasks")
     )  # fmt: skip
     hosts = sorted({str(h) for h in rows["host"] if str(h)})

@@ -18,7 +18,7 @@ GPU_CONFIDENCE = {"xid": 0.8, "ecc": 0.8, "nvml": 0.8, "aer": 0.7, "cuda": 0.4, 
 a corrected AER error or a CUDA error an application can cause count lower)."""
 NET_CONFIDENCE = {"ib_async": 0.6, "ib_completion": 0.5, "ib_verbs": 0.45, "net": 0.45,
                   "net_mismatch": 0.4, "remote_closed": 0.35, "connect_failed": 0.35, "proxy_call": 0.35, "cuda_oom": 0.45, "cuda": 0.4,
-                  "launch": 0.45, "other": 0.3}  # fmt: skip
+                  "launch": 0.45, "no_interface": 0.45, "other": 0.3}  # fmt: skip
 NCCL_ERRORS = {
     "remote": (
         "network",
@@ -162,12 +162,13 @@ LAUNCH_ERRORS = {
 """NCCL's own verdicts on a job's launch (horovod#3929, Lightning#14986, MambaTree#14)."""
 
 
-def _launch(rows) -> str:
-    """A finding's text for NCCL refusing a job's launch: the configuration, not a rank,
-    and not the processes that say so."""
+def _launch(rows, cat: str) -> str:
+    """A finding's text for NCCL refusing a job's launch (category ``launch``: the
+    configuration, not a rank, and not the processes that say so; ``no_interface``: the
+    network configuration of the host that says so)."""
     text = str(rows.iloc[0]["text"])
     why = next((v for k, v in LAUNCH_ERRORS.items() if k in text), "a launch error")
-    if "no socket interface" in text:
+    if cat == "no_interface":
         return (f"network at start-up: {why} ({text[:100]}): the network configuration of the "
                 "host that says so is at fault, not the training")  # fmt: skip
     return (
@@ -197,7 +198,7 @@ def _network(ev: Evidence, coords) -> list:
         return out
     cats = w.assign(cat=[d.get("category", "other") if k == "nccl_warn" else "remote_closed"
                          for k, d in zip(w["kind"], w["detail"], strict=True)])  # fmt: skip
-    for cat in ("launch", "ib_async", "ib_completion", "ib_verbs", "net", "net_mismatch",
+    for cat in ("launch", "no_interface", "ib_async", "ib_completion", "ib_verbs", "net", "net_mismatch",
                 "remote_closed", "connect_failed", "proxy_call", "cuda_oom", "cuda", "other"):  # fmt: skip
         rows = cats[cats["cat"] == cat]
         if rows.empty:
@@ -222,10 +223,10 @@ def _network(ev: Evidence, coords) -> list:
         elif cat == "connect_failed":
             summary = _unreachable(rows, hosts, remote)
             host, rank = (remote[0] if len(remote) == 1 else ""), -1
-        elif cat == "launch":  # the configuration's; a missing interface is the reporter's host's
-            own = any("no socket interface" in str(t) for t in rows["text"])
-            summary, host, rank = _launch(rows), (hosts[0] if own and len(hosts) == 1 else ""), -1
-            ranks = ranks if own else []
+        elif cat == "launch":  # the configuration's, not the reporters'
+            summary, host, rank, ranks = _launch(rows, cat), "", -1, []
+        elif cat == "no_interface":  # the reporting host's network configuration
+            summary, host, rank = _launch(rows, cat), (hosts[0] if len(hosts) == 1 else ""), -1
         elif all(d.get("return") for d in rows["detail"]):
             summary, host, rank = _net_return(rows), str(e["host"]), -1
         elif cat == "ib_completion" and remote:
@@ -252,10 +253,9 @@ def _network(ev: Evidence, coords) -> list:
             if cat in ("cuda_oom", "cuda", "remote_closed", "other", "launch")
             else "network"
         )
-        if cat == "launch" and any("no socket interface" in str(t) for t in rows["text"]):
-            kind = "network"
         cause = {"cuda_oom": "out_of_memory", "cuda": "cuda_error", "remote_closed": "peer_gone",
-                 "other": "nccl_error", "launch": "nccl_error"}.get(cat, "network")  # fmt: skip
+                 "other": "nccl_error", "launch": "nccl_error",
+                 "no_interface": "nccl_error"}.get(cat, "network")  # fmt: skip
         returns = all(d.get("return") for d in rows["detail"])
         out.append(finding(kind, cause, rank,
                            RETURN_CONFIDENCE if returns else NET_CONFIDENCE[cat], summary,

@@ -17,10 +17,10 @@ left out.
 from __future__ import annotations
 
 import re
-import signal as _signal
 
 from .events import Event
 from .lines import LogLine
+from .torchrun import signal_name
 
 _NOTICED = re.compile(
     r"mpirun(?:\.real)? noticed that process rank (?P<rank>\d+) with PID (?P<pid>\S+) on node "
@@ -32,13 +32,6 @@ _NAME = re.compile(r"Process name:\s*(?:\[\[\d+,\d+\],(?P<mpi>\d+)\]|(?P<plain>\
 _EXIT = re.compile(r"Exit code:\s*(?P<code>-?\d+)\b")
 MARKERS = ("noticed that process rank", "exit with status code", "The first process to do so",
            "Process name:", "Exit code:")  # fmt: skip
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return _signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def _int(text: str) -> int:
@@ -64,11 +57,11 @@ class Reader:
             host = line.host or (node if "xxx" not in node else "")  # a masked node: none
             self.out.append(Event("child_failed", rank=int(m.group("rank")), pid=_int(m.group("pid")),
                                   code=-sig, host=host, line=line.number, text=t.strip(),
-                                  detail={"source": "mpirun", "signal": _signal_name(sig),
+                                  detail={"source": "mpirun", "signal": signal_name(-sig),
                                           "root_cause": True}))  # fmt: skip
         elif m := _HOROVODRUN.search(t):
             status = int(m.group("code"))
-            name = _signal_name(status - 128) if status > 128 else ""
+            name = signal_name(128 - status) if status > 128 else ""
             self.out.append(Event("child_failed", rank=int(m.group("rank")),
                                   code=-(status - 128) if name else status, host=line.host,
                                   line=line.number, text=t.strip(),

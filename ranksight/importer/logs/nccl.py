@@ -79,7 +79,8 @@ SETUP = re.compile(
 _REMOTE = re.compile(r"(?:from|peer|to)\s+(?P<addr>[\w.:%\[\]-]+?)<\d+>")
 _AROUND = re.compile(r"at and around rank (?P<r>\d+)")
 _WARN_KINDS = (
-    ("launch", ("Duplicate GPU detected", "has already checked in", "no socket interface found")),
+    ("launch", ("Duplicate GPU detected", "has already checked in")),
+    ("no_interface", ("no socket interface found",)),
     ("ib_async", ("Got async event",)),
     ("ib_completion", ("Got completion from peer", "completion with error")),
     ("net_mismatch", ("collective mismatch error",)),
@@ -93,9 +94,12 @@ _WARN_KINDS = (
     ("ib_verbs", ("ibv_", "NET/IB")),
     ("net", ("NET/OFI", "NET/Socket", "NET/")),
 )  # fmt: skip
+LAUNCH = ("launch", "no_interface")
+"""``nccl_warn`` categories of NCCL refusing a job's set-up (a GPU or a rank given twice, no
+network interface to use): read also where only a ``Last error:`` line says them."""
 MARKERS = ("NCCL INFO", "NCCL WARN", "NCCL TRACE", "NCCL ERROR", "NCCL error", "NET/", "nccl",
-           "Last error", "Proxy Call to rank", "Duplicate GPU detected", "no socket interface found",
-           "has already checked in")  # fmt: skip
+           "Last error", "Proxy Call to rank",
+           *(w for cat, words in _WARN_KINDS if cat in LAUNCH for w in words))  # fmt: skip
 _PROXY = re.compile(r"Proxy Call to rank (?P<r>\d+) failed \((?P<what>\w+)\)")
 """NCCL's ``Last error:`` of a call to another rank's proxy thread that failed (vllm#798:
 ``Proxy Call to rank 7 failed (Connect)``)."""
@@ -279,10 +283,10 @@ class Reader:
                                   host=line.host, line=line.number, peer=int(p.group("r")),
                                   text=p.group(0),
                                   detail={"category": "proxy_call", "call": p.group("what")}))  # fmt: skip
-        if warn_category(t) == "launch":  # a 'Last error:' that names a launch error
+        if (cat := warn_category(t)) in LAUNCH:  # a 'Last error:' naming a launch error
             self.out.append(Event("nccl_warn", rank=line.rank, local_rank=line.local_rank,
                                   host=line.host, line=line.number, text=t.strip(),
-                                  detail={"category": "launch"}))  # fmt: skip
+                                  detail={"category": cat}))  # fmt: skip
         if (m := _NCCL_ERROR.search(t)) or any(w in t for w in _ERROR_WORDS):
             reason = m.group("reason").strip() if m else ""
             self.out.append(Event("nccl_error", rank=line.rank, local_rank=line.local_rank,

@@ -64,73 +64,67 @@ def _short(path: str) -> str:
 
 
 class Reader:
-    """faulthandler and gdb ``py-bt`` dumps among a file's lines."""
+    """faulthandler and gdb dumps among a file's lines."""
 
     name = "pydumps"
     markers = MARKERS
 
     def __init__(self) -> None:
-        self.dumps: list[dict] = []  # {rank, threads}
+        self.dumps: list[dict] = []  # {rank, kind, threads}
         self.current: dict | None = None  # the thread being read
+        self.kind = ""  # the kind of dump it belongs to
 
     def feed(self, line: LogLine) -> None:
         """A dump's head starts a thread; its frame lines add to it."""
         t = line.text.strip()
         if m := _HEAD.match(t):
-            name = "MainThread" if m.group("gdb") else m.group("tid")
-            self.current = {"thread_name": name, "active": True, "frames": []}
-            dump = self.dumps[-1] if self.dumps and self.dumps[-1]["rank"] == line.rank else None
-            if dump is None or m.group("gdb"):
-                dump = {"rank": line.rank, "threads": []}
-                self.dumps.append(dump)
-            dump["threads"].append(self.current)
+            if m.group("gdb"):
+                self._open(line, "MainThread", "gdb py-bt")
+            else:
+                self._open(line, m.group("tid"), "faulthandler")
         elif m := _GDB_THREAD.match(t):
-            self._start(line, m.group("name") or f"thread {m.group('n')}")
+            self._open(line, m.group("name") or f"thread {m.group('n')}", "gdb bt")
         elif m := _GDB_FRAME.match(t):
-            new = self.current is None or self.current.get("dump") != "gdb bt"
-            if new or (m.group("n") == "0" and self.current is not None and self.current["frames"]):
-                self._start(line, "thread")  # a bt with no thread header
-            self._native(m)
-        elif self.current is not None and len(self.current["frames"]) < MAX_FRAMES:
+            again = m.group("n") == "0" and self.current is not None and self.current["frames"]
+            if self.kind != "gdb bt" or again:
+                self._open(line, "thread", "gdb bt")  # a bt with no thread header
+            if m.group("name") != "??":
+                file = m.group("file") or ""
+                self._add(m.group("name"), file, file.rsplit("/", 1)[-1], int(m.group("line") or 0))
+        elif self.current is not None:
             if m := _FRAME.match(t):
-                self.current["frames"].append({"name": m.group("name"), "filename": m.group("file"),
-                                               "short_filename": _short(m.group("file")),
-                                               "line": int(m.group("line"))})  # fmt: skip
+                file = m.group("file")
+                self._add(m.group("name"), file, _short(file), int(m.group("line")))
             elif m := _BUILTIN.match(t):
-                self.current["frames"].append({"name": m.group("name"), "filename": "<built-in>",
-                                               "short_filename": "<built-in>", "line": 0})  # fmt: skip
+                self._add(m.group("name"), "<built-in>", "<built-in>", 0)
 
-    def _start(self, line: LogLine, name: str) -> None:
-        """A new thread of a gdb backtrace (one dump per rank and backtrace)."""
-        self.current = {"thread_name": name, "active": True, "frames": [], "dump": "gdb bt"}
+    def _open(self, line: LogLine, name: str, kind: str) -> None:
+        """A new thread: of the last dump where it is the same rank's and kind's (a
+        faulthandler or native dump of all threads; each ``py-bt`` is a dump of its own)."""
+        self.current, self.kind = {"thread_name": name, "active": True, "frames": []}, kind
         last = self.dumps[-1] if self.dumps else None
-        if last is None or last["rank"] != line.rank or last.get("dump") != "gdb bt":
-            last = {"rank": line.rank, "threads": [], "dump": "gdb bt"}
+        if last is None or (last["rank"], last["kind"]) != (line.rank, kind) or kind == "gdb py-bt":
+            last = {"rank": line.rank, "kind": kind, "threads": []}
             self.dumps.append(last)
         last["threads"].append(self.current)
 
-    def _native(self, m: re.Match) -> None:
-        """One named frame of a gdb backtrace (``??`` frames are left out)."""
-        if m.group("name") == "??" or self.current is None:
-            return
-        if len(self.current["frames"]) < MAX_FRAMES:
-            file = m.group("file") or ""
-            self.current["frames"].append({"name": m.group("name"), "filename": file,
-                                           "short_filename": file.rsplit("/", 1)[-1],
-                                           "line": int(m.group("line") or 0)})  # fmt: skip
+    def _add(self, name: str, file: str, short: str, line: int) -> None:
+        """One frame of the thread being read (at most :data:`MAX_FRAMES`)."""
+        if self.current is not None and len(self.current["frames"]) < MAX_FRAMES:
+            self.current["frames"].append(
+                {"name": name, "filename": file, "short_filename": short, "line": line}
+            )
 
     def finish(self) -> list[Event]:
-        """One ``stack`` event per dump with frames."""
+        """One ``stack`` event per dump with frames: its first thread's, or for a native
+        backtrace the thread with the most named frames."""
         out = []
         for d in self.dumps:
             threads = [t for t in d["threads"] if t["frames"]]
             if threads:
-                native = d.get("dump") == "gdb bt"
+                native = d["kind"] == "gdb bt"
                 first = max(threads, key=lambda t: len(t["frames"])) if native else threads[0]
                 e = event_of(d["rank"] if d["rank"] >= 0 else None, 0, [first], "", "log")
-                e.detail["dump"] = d.get("dump") or (
-                    "gdb py-bt" if threads[0]["thread_name"] == "MainThread" else "faulthandler"
-                )
-                e.detail["threads"] = len(threads)
+                e.detail["dump"], e.detail["threads"] = d["kind"], len(threads)
                 out.append(e)
         return out
